@@ -1,0 +1,1 @@
+"""Wire protocols, the client library and the CLI: they turn traffic into calls on `broker`."""

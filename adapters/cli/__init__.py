@@ -1,0 +1,1 @@
+"""The `apexps` command line."""

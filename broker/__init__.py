@@ -1,0 +1,1 @@
+"""The apexps domain and its Kafka journal. Nothing here knows the wire (BEEP/APEX)."""

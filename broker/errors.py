@@ -1,0 +1,250 @@
+"""One exception hierarchy for all of apexps, each class carrying the reply code it answers with.
+
+Theory of operation
+-------------------
+APEX (RFC 3340 §10), BEEP (RFC 3080 §8) and the pubsub drafts share one three-digit reply-code
+space, so the whole product uses one `ReplyCode` enum and one root exception, `ApexpsError`.
+Every leaf class sets `code` (what goes on the wire in `<error code=…>` or `<reply code=…>`),
+`retriable` (may the same request succeed later, unchanged?) and a one-line `description`.
+Whoever turns an exception into a wire reply only ever reads `exc.code` and `str(exc)`; nothing
+compares message strings.
+
+`ApexpsError.for_code(code)` maps a code received from a peer back to the most general class
+registered for it, falling back to `UnknownReplyError`, so a client library raises the same
+classes the server raised (aiokafka's `for_code` pattern).
+
+This module sits in `broker/` because the domain raises most of these; the wire layers import it
+(dependencies point inward).
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import ClassVar
+
+__all__ = [
+    "AccessDenied",
+    "ApexpsError",
+    "ConfigError",
+    "IncorrectSelector",
+    "InvalidMessage",
+    "InvalidParameter",
+    "InvalidTopicName",
+    "JournalUnavailable",
+    "KafkaNotFound",
+    "NotTaken",
+    "RecordSchemaError",
+    "ReplyCode",
+    "SelectorError",
+    "ServiceNotAvailable",
+    "SyntaxError_",
+    "UnknownReplyError",
+    "UnknownSchemaFingerprint",
+    "UnknownSubscription",
+    "UnsupportedSelectorClass",
+]
+
+
+class ReplyCode(IntEnum):
+    """Reply codes of RFC 3340 §10 and RFC 3080 §8, plus those the pubsub drafts add."""
+
+    #: RFC 3340: transaction successful.
+    SUCCESS = 250
+    #: RFC 3342 §3 (dataTiming): transient report, the data is still on its way.
+    TRANSIENT = 350
+    #: RFC 3340: service not available.
+    SERVICE_NOT_AVAILABLE = 421
+    #: RFC 3340: requested action not taken (e.g., lock already in use).
+    NOT_TAKEN_TRANSIENT = 450
+    #: RFC 3340: requested action aborted (e.g., local error in processing).
+    ABORTED = 451
+    #: RFC 3340: temporary authentication failure.
+    TEMPORARY_AUTH_FAILURE = 454
+    #: RFC 3340: general syntax error (e.g., poorly-formed XML).
+    SYNTAX_ERROR = 500
+    #: RFC 3340: syntax error in parameters (e.g., non-valid XML).
+    PARAMETER_SYNTAX_ERROR = 501
+    #: RFC 3340: parameter not implemented.
+    NOT_IMPLEMENTED = 504
+    #: RFC 3340: authentication required.
+    AUTH_REQUIRED = 530
+    #: RFC 3340: authentication mechanism insufficient.
+    AUTH_MECHANISM_INSUFFICIENT = 534
+    #: RFC 3340: authentication failure.
+    AUTH_FAILURE = 535
+    #: RFC 3340: action not authorized for user.
+    NOT_AUTHORIZED = 537
+    #: RFC 3340: authentication mechanism requires encryption.
+    ENCRYPTION_REQUIRED = 538
+    #: RFC 3340: requested action not taken (e.g., no requested profiles are acceptable).
+    NOT_TAKEN = 550
+    #: RFC 3340: parameter invalid.
+    PARAMETER_INVALID = 553
+    #: RFC 3340: transaction failed (e.g., policy violation).
+    TRANSACTION_FAILED = 554
+    #: RFC 3340: transaction already in progress.
+    IN_PROGRESS = 555
+    #: RFC 3342 §2 (attachOverride): the attachment was overridden by a newer one.
+    OVERRIDDEN = 556
+    #: Content-based pubsub §5.9.1: invalid message structure.
+    INVALID_MESSAGE = 561
+    #: Content-based pubsub §5.8.1: unsupported message selector class.
+    UNSUPPORTED_SELECTOR_CLASS = 566
+    #: Content-based pubsub §5.8.1: incorrect message selector.
+    INCORRECT_SELECTOR = 567
+    #: Content-based pubsub §5.8.2: invalid topic name and subscription identifier.
+    UNKNOWN_SUBSCRIPTION = 568
+
+    @property
+    def is_success(self) -> bool:
+        return 200 <= self < 300
+
+    @property
+    def is_transient(self) -> bool:
+        """4xx codes: the same request may succeed later."""
+        return 400 <= self < 500
+
+
+class ApexpsError(Exception):
+    """Root of every error apexps raises on purpose.
+
+    Subclasses set the class attributes; instances carry a human-readable message that says what
+    went wrong and, where there is one, what to do about it. Never instantiate this class itself.
+    """
+
+    code: ClassVar[ReplyCode] = ReplyCode.ABORTED
+    retriable: ClassVar[bool] = False
+    description: ClassVar[str] = "requested action aborted"
+
+    _registry: ClassVar[dict[int, type[ApexpsError]]] = {}
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        # The first (most general) class declared for a code is the one for_code() returns.
+        ApexpsError._registry.setdefault(int(cls.code), cls)
+
+    def __init__(self, message: str | None = None) -> None:
+        if type(self) is ApexpsError:
+            raise TypeError("ApexpsError is abstract; raise one of its subclasses")
+        super().__init__(message or self.description)
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+    @classmethod
+    def for_code(cls, code: int, message: str | None = None) -> ApexpsError:
+        """The exception a peer's reply code stands for (UnknownReplyError if none is known)."""
+        klass = cls._registry.get(int(code))
+        if klass is None:
+            return UnknownReplyError(code, message)
+        return klass(message)
+
+
+class UnknownReplyError(ApexpsError):
+    """A peer answered with a code this version does not know."""
+
+    description = "unknown reply code"
+
+    def __init__(self, code: int, message: str | None = None) -> None:
+        super().__init__(f"{code}: {message or self.description}")
+        self.received_code = code
+
+
+# --- 4xx: try again later -------------------------------------------------------------------
+
+
+class ServiceNotAvailable(ApexpsError):
+    code = ReplyCode.SERVICE_NOT_AVAILABLE
+    retriable = True
+    description = "service not available"
+
+
+class JournalUnavailable(ServiceNotAvailable):
+    """Kafka did not take or did not answer in time; nothing was acknowledged."""
+
+    description = "the journal (Kafka) is not available; retry later"
+
+
+class KafkaNotFound(ServiceNotAvailable):
+    """No Kafka answers at the configured bootstrap address."""
+
+    description = "no Kafka answers at the bootstrap address"
+
+
+# --- 5xx: the request itself is wrong -------------------------------------------------------
+
+
+class SyntaxError_(ApexpsError):  # noqa: N801 - the builtin name is taken
+    code = ReplyCode.SYNTAX_ERROR
+    description = "general syntax error"
+
+
+class InvalidParameter(ApexpsError):
+    code = ReplyCode.PARAMETER_INVALID
+    description = "parameter invalid"
+
+
+class InvalidTopicName(InvalidParameter):
+    description = "not an acceptable topic name"
+
+
+class RecordSchemaError(ApexpsError):
+    """A record does not fit its Avro schema; nothing was written or read."""
+
+    code = ReplyCode.PARAMETER_SYNTAX_ERROR
+    description = "record does not match its schema"
+
+
+class UnknownSchemaFingerprint(RecordSchemaError):
+    """A stored record names a writer schema this version does not ship."""
+
+    description = "record written with an unknown schema"
+
+
+class ConfigError(ApexpsError):
+    code = ReplyCode.PARAMETER_SYNTAX_ERROR
+    description = "invalid configuration"
+
+
+class AccessDenied(ApexpsError):
+    code = ReplyCode.NOT_AUTHORIZED
+    description = "action not authorized"
+
+
+class NotTaken(ApexpsError):
+    code = ReplyCode.NOT_TAKEN
+    description = "requested action not taken"
+
+
+class InvalidMessage(ApexpsError):
+    code = ReplyCode.INVALID_MESSAGE
+    description = "invalid message structure"
+
+
+class UnsupportedSelectorClass(ApexpsError):
+    code = ReplyCode.UNSUPPORTED_SELECTOR_CLASS
+    description = "unsupported message selector class"
+
+
+class SelectorError(ApexpsError):
+    """An incorrect selector; `position` is the 0-based character offset of the problem."""
+
+    code = ReplyCode.INCORRECT_SELECTOR
+    description = "incorrect message selector"
+
+    def __init__(self, message: str | None = None, position: int | None = None) -> None:
+        text = message or self.description
+        if position is not None:
+            text = f"{text} (at position {position})"
+        super().__init__(text)
+        self.position = position
+        self.reason = message or self.description
+
+
+IncorrectSelector = SelectorError
+
+
+class UnknownSubscription(ApexpsError):
+    code = ReplyCode.UNKNOWN_SUBSCRIPTION
+    description = "invalid topic name and subscription identifier"

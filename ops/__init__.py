@@ -1,0 +1,1 @@
+"""Operations: provisioning the local Kafka and Spark jars, launchers and benchmarks."""
