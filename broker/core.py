@@ -1,0 +1,92 @@
+"""The broker core: the journal and the registries over one Kafka, opened and recovered as one.
+
+Later layers (the pubsub service, sequencing, selectors) hang off this object; the wire adapters
+call into them. After a crash, `open()` rebuilds everything from Kafka: registries are read
+whole from their compacted topics and the journal replays its tail (see broker/journal.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import structlog
+
+from broker.codec import Codec, default_codec
+from broker.errors import InvalidParameter
+from broker.journal import Journal, RecoveryReport
+from broker.kafka_io import KafkaConfig, KafkaProducer, ensure_topics
+from broker.names import validate_topic
+from broker.records import AccessEntry, Subscription, Topic, now_ms
+from broker.registry import Registry
+
+__all__ = ["BrokerCore", "OpenReport"]
+
+log = structlog.get_logger(__name__)
+
+_COMPACT = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}
+
+
+@dataclass(frozen=True)
+class OpenReport:
+    journal: RecoveryReport
+    topics: int
+    subscriptions: int
+    access_entries: int
+
+
+class BrokerCore:
+    def __init__(self, config: KafkaConfig, codec: Codec | None = None) -> None:
+        self.config = config
+        self.codec = codec or default_codec()
+        self._producer: KafkaProducer | None = None
+
+    def kafka_topics(self) -> dict[str, tuple[int, dict[str, str]]]:
+        """Every Kafka topic apexps owns, with partitions and configs (see DESIGN's layout)."""
+        c = self.config
+        return {
+            c.topic("journal"): (c.journal_partitions, {
+                "cleanup.policy": "delete", "retention.ms": str(c.journal_retention_ms)}),
+            c.topic("sources"): (1, _COMPACT),
+            c.topic("topics"): (1, _COMPACT),
+            c.topic("subscriptions"): (1, _COMPACT),
+            c.topic("access"): (1, _COMPACT),
+        }
+
+    def open(self) -> OpenReport:
+        ensure_topics(self.config, self.kafka_topics())
+        self._producer = KafkaProducer(self.config)
+        p, c, k = self._producer, self.codec, self.config
+        self.journal = Journal(k, p, c)
+        self.topics: Registry[Topic] = Registry(
+            k, p, c, role="topics", schema="topic_record", from_avro=Topic.from_avro)
+        self.subscriptions: Registry[Subscription] = Registry(
+            k, p, c, role="subscriptions", schema="subscription_record",
+            from_avro=Subscription.from_avro)
+        self.access: Registry[AccessEntry] = Registry(
+            k, p, c, role="access", schema="access_entry", from_avro=AccessEntry.from_avro)
+        report = OpenReport(self.journal.recover(), self.topics.load(),
+                            self.subscriptions.load(), self.access.load())
+        log.info("broker core open", bootstrap=k.bootstrap, namespace=k.namespace,
+                 topics=report.topics, subscriptions=report.subscriptions,
+                 access_entries=report.access_entries)
+        return report
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.close()
+            self._producer = None
+
+    # The pubsub service (issue 4) will own the operations; these keep the registries honest.
+
+    def create_topic(self, name: str, *, owner: str | None = None,
+                     description: str | None = None) -> Topic:
+        validate_topic(name)
+        if name in self.topics:
+            raise InvalidParameter(f"topic {name!r} already exists")
+        return self.topics.put(Topic(name=name, created_at=now_ms(), owner=owner,
+                                     description=description))
+
+    def delete_topic(self, name: str) -> None:
+        validate_topic(name)
+        if not self.topics.delete(name):
+            raise InvalidParameter(f"topic {name!r} does not exist")

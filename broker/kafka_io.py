@@ -1,0 +1,366 @@
+"""The one module that talks to confluent-kafka.
+
+Everything else in apexps sees typed configuration (`KafkaConfig`), positions (`Position`) and a
+few operations: produce with a durability callback, read a partition range, create topics.
+
+Producer: idempotent, `acks=all`, so a delivery report without error means the record is in
+every in-sync replica and will not be duplicated by librdkafka's own retries. A background thread
+calls `poll()` so delivery callbacks run promptly whatever the caller does (confluent-kafka's
+`examples/producer.py` calls `poll(0)` after each produce for the same reason). `BufferError`
+(local queue full) is backpressure: wait for deliveries and retry, up to a deadline.
+
+Reads: an assigned (never subscribed, never committing) consumer per read, bounded by the high
+watermark taken when the read starts, so a read always ends.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import structlog
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Producer as _RdProducer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from broker.errors import JournalUnavailable, KafkaNotFound
+
+__all__ = [
+    "DEFAULT_BOOTSTRAP",
+    "KafkaConfig",
+    "KafkaProducer",
+    "Position",
+    "StoredRecord",
+    "ensure_topics",
+    "partition_count",
+    "read_partition",
+    "watermarks",
+]
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+#: How long an append may wait for Kafka before the publisher is told 421 (retry later).
+DEFAULT_DELIVERY_TIMEOUT_MS = 30_000
+#: Deliveries are batched for 2 ms: enough to fill batches under load, invisible to a person.
+DEFAULT_LINGER_MS = 2
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    """Where the journal lives and how apexps talks to it.
+
+    bootstrap: `HOST:PORT[,HOST:PORT…]` of any Kafka cluster.
+    namespace: prefix of every Kafka topic apexps owns (`NAMESPACE.journal`, …), so several
+        independent brokers (or tests) can share one cluster.
+    journal_partitions: partitions of the journal topic, fixed at creation (a source always
+        maps to the same partition).
+    replication: replication factor of new topics; None picks min(3, brokers in the cluster).
+    journal_retention_ms: how long journal records are kept (-1: forever).
+    extra: further librdkafka settings (e.g. security.protocol, sasl.*) for every client.
+    """
+
+    bootstrap: str = DEFAULT_BOOTSTRAP
+    namespace: str = "apexps"
+    journal_partitions: int = 3
+    replication: int | None = None
+    journal_retention_ms: int = 30 * 24 * 3600 * 1000
+    delivery_timeout_ms: int = DEFAULT_DELIVERY_TIMEOUT_MS
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def topic(self, role: str) -> str:
+        return f"{self.namespace}.{role}"
+
+    def client_conf(self, **overrides: Any) -> dict[str, Any]:
+        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap, **self.extra}
+        conf.update(overrides)
+        return conf
+
+
+class Position(NamedTuple):
+    """Kafka coordinates of one stored record."""
+
+    partition: int
+    offset: int
+
+
+class StoredRecord(NamedTuple):
+    position: Position
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int
+
+
+DeliveryCallback = Callable[[Exception | None, Position | None], None]
+
+
+class KafkaProducer:
+    """Idempotent acks=all producer with a background poll thread."""
+
+    def __init__(self, config: KafkaConfig, **overrides: Any) -> None:
+        conf = config.client_conf(
+            **{
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": DEFAULT_LINGER_MS,
+                "compression.type": "lz4",
+                "delivery.timeout.ms": config.delivery_timeout_ms,
+                "queue.buffering.max.messages": 500_000,
+                "error_cb": self._on_error,
+            }
+        )
+        conf.update(overrides)
+        self._producer = _RdProducer(conf)
+        self._config = config
+        self._closed = threading.Event()
+        self._after_poll: list[Callable[[], None]] = []
+        self._thread = threading.Thread(target=self._poll_loop, name="kafka-poll", daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _on_error(err: KafkaError) -> None:
+        # librdkafka retries transient errors itself; a fatal one (e.g. fenced) ends the producer.
+        if err.fatal():
+            log.error("kafka producer fatal error", error=str(err))
+        else:
+            log.debug("kafka client error", error=str(err))
+
+    def add_after_poll(self, hook: Callable[[], None]) -> None:
+        """Run `hook` on the poll thread after each poll (used to batch checkpoints)."""
+        self._after_poll.append(hook)
+
+    def _poll_loop(self) -> None:
+        while not self._closed.is_set():
+            self._producer.poll(0.05)
+            for hook in self._after_poll:
+                try:
+                    hook()
+                except Exception:  # a hook must never stop delivery callbacks
+                    log.exception("after-poll hook failed")
+
+    def produce(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        on_delivery: DeliveryCallback,
+        *,
+        partition: int | None = None,
+    ) -> None:
+        """Queue one record; `on_delivery` runs on the poll thread once Kafka has it (or not)."""
+
+        def report(err: KafkaError | None, msg: Any) -> None:
+            if err is not None:
+                on_delivery(JournalUnavailable(f"kafka did not take the record: {err.str()}"), None)
+            else:
+                on_delivery(None, Position(msg.partition(), msg.offset()))
+
+        kwargs: dict[str, Any] = {"on_delivery": report}
+        if partition is not None:
+            kwargs["partition"] = partition
+        deadline = time.monotonic() + self._config.delivery_timeout_ms / 1000
+        while True:
+            try:
+                self._producer.produce(topic, value, key, **kwargs)
+                return
+            except BufferError:
+                # The local queue is full: that is backpressure, wait for deliveries.
+                if time.monotonic() > deadline:
+                    raise JournalUnavailable("kafka producer queue stayed full") from None
+                self._producer.flush(0.05)
+            except KafkaException as exc:
+                raise JournalUnavailable(f"kafka refused the record: {exc}") from exc
+
+    def produce_sync(self, topic: str, key: bytes | None, value: bytes | None,
+                     *, partition: int | None = None) -> Position:
+        """Produce and wait for the delivery report."""
+        done = threading.Event()
+        result: list[Any] = []
+
+        def on_delivery(err: Exception | None, pos: Position | None) -> None:
+            result.append(err or pos)
+            done.set()
+
+        self.produce(topic, key, value, on_delivery, partition=partition)
+        if not done.wait(self._config.delivery_timeout_ms / 1000 + 5):
+            raise JournalUnavailable("no delivery report from kafka in time")
+        outcome = result[0]
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome  # type: ignore[no-any-return]
+
+    def flush(self, timeout_s: float = 30.0) -> int:
+        """Wait for every queued record; returns how many are still undelivered."""
+        return int(self._producer.flush(timeout_s))
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        remaining = self.flush(timeout_s)
+        if remaining:
+            log.warning("closing with undelivered records", count=remaining)
+        self._closed.set()
+        self._thread.join()
+
+
+def _admin(config: KafkaConfig) -> AdminClient:
+    return AdminClient(config.client_conf())
+
+
+def cluster_size(config: KafkaConfig, timeout_s: float = 10.0) -> int:
+    try:
+        md = _admin(config).list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise KafkaNotFound(
+            f"no Kafka answers at {config.bootstrap}: start one with `apexps kafka start` "
+            "or pass --bootstrap HOST:PORT"
+        ) from exc
+    return len(md.brokers)
+
+
+def ensure_topics(config: KafkaConfig, specs: dict[str, tuple[int, dict[str, str]]]) -> None:
+    """Create the missing topics among `specs` (name → (partitions, configs))."""
+    admin = _admin(config)
+    try:
+        existing = set(admin.list_topics(timeout=10).topics)
+    except KafkaException as exc:
+        raise KafkaNotFound(f"no Kafka answers at {config.bootstrap}: {exc}") from exc
+    replication = config.replication or min(3, cluster_size(config))
+    new = [
+        NewTopic(name, num_partitions=parts, replication_factor=replication, config=conf)
+        for name, (parts, conf) in specs.items()
+        if name not in existing
+    ]
+    if not new:
+        return
+    for name, fut in admin.create_topics(new, operation_timeout=30).items():
+        try:
+            fut.result()
+            log.info("kafka topic created", topic=name)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise JournalUnavailable(f"could not create kafka topic {name}: {exc}") from exc
+    _await_leaders(admin, [t.topic for t in new])
+
+
+def _await_leaders(admin: AdminClient, topics: list[str], timeout_s: float = 30.0) -> None:
+    """New topics answer NOT_LEADER until their partitions have elected leaders."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        md = admin.list_topics(timeout=10)
+        if all(
+            t in md.topics and md.topics[t].partitions
+            and all(p.leader >= 0 for p in md.topics[t].partitions.values())
+            for t in topics
+        ):
+            return
+        time.sleep(0.1)  # metadata has no change notification to await
+    raise JournalUnavailable(f"kafka topics {topics} have no leader after {timeout_s}s")
+
+
+def partition_count(config: KafkaConfig, topic: str) -> int:
+    md = _admin(config).list_topics(topic, timeout=10)
+    meta = md.topics.get(topic)
+    if meta is None or meta.error is not None or not meta.partitions:
+        raise JournalUnavailable(f"kafka topic {topic} does not exist")
+    return len(meta.partitions)
+
+
+def _consumer(config: KafkaConfig) -> Consumer:
+    return Consumer(
+        config.client_conf(
+            **{
+                "group.id": f"apexps-reader-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "enable.partition.eof": False,
+                "auto.offset.reset": "earliest",
+                "fetch.wait.max.ms": 10,
+            }
+        )
+    )
+
+
+def _watermarks(c: Consumer, topic: str, partition: int) -> tuple[int, int]:
+    # Right after a topic is created or Kafka restarts, leadership may still be moving.
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            low, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            return int(low), int(high)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if not err.retriable() and err.code() not in _LEADER_MOVING \
+                    or time.monotonic() > deadline:
+                raise JournalUnavailable(f"kafka offsets of {topic}[{partition}]: {err}") from exc
+            time.sleep(0.1)
+
+
+_LEADER_MOVING = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                  KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TRANSPORT)
+
+
+def watermarks(config: KafkaConfig, topic: str, partition: int) -> tuple[int, int]:
+    c = _consumer(config)
+    try:
+        return _watermarks(c, topic, partition)
+    finally:
+        c.close()
+
+
+def offset_for_time(config: KafkaConfig, topic: str, partition: int, ts_ms: int) -> int:
+    """The first offset whose timestamp is ≥ ts_ms (the high watermark if none is)."""
+    c = _consumer(config)
+    try:
+        (tp,) = c.offsets_for_times([TopicPartition(topic, partition, ts_ms)], timeout=10)
+        if tp.offset < 0:
+            return _watermarks(c, topic, partition)[1]
+        return int(tp.offset)
+    finally:
+        c.close()
+
+
+def read_partition(
+    config: KafkaConfig,
+    topic: str,
+    partition: int,
+    start: int | None = None,
+    end: int | None = None,
+    *,
+    batch: int = 1000,
+) -> Iterator[StoredRecord]:
+    """Records of one partition from `start` (None: the beginning) up to `end` (exclusive;
+    None: the high watermark when the read starts). Always terminates."""
+    c = _consumer(config)
+    try:
+        low, high = _watermarks(c, topic, partition)
+        stop = high if end is None else min(end, high)
+        first = low if start is None else max(start, low)
+        if first >= stop:
+            return
+        c.assign([TopicPartition(topic, partition, first)])
+        idle_deadline = time.monotonic() + 30
+        while True:
+            msgs = c.consume(batch, timeout=0.5)
+            if not msgs:
+                # Offsets can be missing (compaction) at the very end of the range.
+                (pos,) = c.position([TopicPartition(topic, partition)])
+                if pos.offset >= stop:
+                    return
+                if time.monotonic() > idle_deadline:
+                    raise JournalUnavailable(f"reading {topic}[{partition}] stalled before {stop}")
+                continue
+            idle_deadline = time.monotonic() + 30
+            for m in msgs:
+                if m.error() is not None:
+                    raise JournalUnavailable(f"reading {topic}[{partition}]: {m.error()}")
+                off = m.offset()
+                if off >= stop:
+                    return
+                yield StoredRecord(Position(partition, off), m.key(), m.value(), m.timestamp()[1])
+                if off + 1 >= stop:
+                    return
+    finally:
+        c.close()

@@ -1,0 +1,247 @@
+"""The records apexps keeps in Kafka, as immutable values, and their Avro dict forms."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from broker.kafka_io import Position
+
+__all__ = [
+    "AccessEffect",
+    "AccessEntry",
+    "JournalEntry",
+    "Publication",
+    "PublishType",
+    "RecordKind",
+    "Subscription",
+    "SubscriptionState",
+    "Topic",
+    "now_ms",
+    "to_ms",
+]
+
+
+class RecordKind(StrEnum):
+    #: an accepted message
+    DATA = "DATA"
+    #: explains source seqs [source_seq, gap_to] that carry no data (never a silent hole)
+    GAP = "GAP"
+
+
+class PublishType(StrEnum):
+    """XEP-0040 publish types."""
+
+    UPDATE = "update"
+    CORRECTION = "correction"
+    IMAGE = "image"
+    DROP = "drop"
+    SNAPSHOT = "snapshot"
+    #: treated as image
+    ADD = "add"
+
+
+class SubscriptionState(StrEnum):
+    ACTIVE = "active"
+    PENDING = "pending"
+    TERMINATED = "terminated"
+
+
+class AccessEffect(StrEnum):
+    ALLOW = "allow"
+    DENY = "deny"
+
+
+def now_ms() -> int:
+    return int(datetime.now(UTC).timestamp() * 1000)
+
+
+def to_ms(value: datetime | int | None) -> int | None:
+    """fastavro returns timestamp-millis as aware datetimes; apexps keeps epoch milliseconds."""
+    if value is None or isinstance(value, int):
+        return value
+    return int(value.timestamp() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class Publication:
+    """What a publisher hands the journal; the journal adds the source seq and the time."""
+
+    topic: str
+    source: str
+    content: bytes
+    publish_type: PublishType = PublishType.UPDATE
+    content_type: str = "application/xml"
+    message_id: str | None = None
+    revision_id: str | None = None
+    publication_date: int | None = None
+    expiration_date: str | None = None
+    permission_token: str | None = None
+    publisher_seq: int | None = None
+    fields: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    def to_avro(self, seq: int, appended_at: int) -> dict[str, Any]:
+        return {
+            "kind": RecordKind.DATA.value,
+            "topic": self.topic,
+            "source": self.source,
+            "source_seq": seq,
+            "publisher_seq": self.publisher_seq,
+            "gap_to": None,
+            "gap_reason": None,
+            "publish_type": PublishType(self.publish_type).value,
+            "message_id": self.message_id,
+            "revision_id": self.revision_id,
+            "publication_date": self.publication_date,
+            "expiration_date": self.expiration_date,
+            "permission_token": self.permission_token,
+            "content_type": self.content_type,
+            "content": self.content,
+            "fields": {k: list(v) for k, v in self.fields.items()},
+            "options": dict(self.options),
+            "appended_at": appended_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    """One record read back from the journal, with where it is stored."""
+
+    position: Position
+    kind: RecordKind
+    topic: str
+    source: str
+    source_seq: int
+    gap_to: int | None
+    gap_reason: str | None
+    publish_type: PublishType
+    publisher_seq: int | None
+    message_id: str | None
+    revision_id: str | None
+    publication_date: int | None
+    expiration_date: str | None
+    permission_token: str | None
+    content_type: str
+    content: bytes
+    fields: dict[str, list[str]]
+    options: dict[str, str]
+    appended_at: int
+
+    @property
+    def last_seq(self) -> int:
+        """The highest source seq this record accounts for."""
+        return self.gap_to if self.kind is RecordKind.GAP and self.gap_to else self.source_seq
+
+    @classmethod
+    def from_avro(cls, position: Position, rec: Mapping[str, Any]) -> JournalEntry:
+        return cls(
+            position=position,
+            kind=RecordKind(rec["kind"]),
+            topic=rec["topic"],
+            source=rec["source"],
+            source_seq=rec["source_seq"],
+            gap_to=rec["gap_to"],
+            gap_reason=rec["gap_reason"],
+            publish_type=PublishType(rec["publish_type"]),
+            publisher_seq=rec["publisher_seq"],
+            message_id=rec["message_id"],
+            revision_id=rec["revision_id"],
+            publication_date=to_ms(rec["publication_date"]),
+            expiration_date=rec["expiration_date"],
+            permission_token=rec["permission_token"],
+            content_type=rec["content_type"],
+            content=rec["content"],
+            fields=rec["fields"],
+            options=rec["options"],
+            appended_at=to_ms(rec["appended_at"]) or 0,
+        )
+
+
+def gap_record(source: str, topic: str, lo: int, hi: int, reason: str) -> dict[str, Any]:
+    return Publication(topic=topic, source=source, content=b"").to_avro(lo, now_ms()) | {
+        "kind": RecordKind.GAP.value,
+        "gap_to": hi,
+        "gap_reason": reason,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Topic:
+    name: str
+    created_at: int
+    owner: str | None = None
+    description: str | None = None
+    revision: int = 1
+    message_schema: str | None = None
+    selector_schema: str | None = None
+
+    @property
+    def key(self) -> str:
+        return self.name
+
+    def to_avro(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in self.__slots__}  # type: ignore[attr-defined]
+
+    @classmethod
+    def from_avro(cls, rec: Mapping[str, Any]) -> Topic:
+        return cls(**{**rec, "created_at": to_ms(rec["created_at"])})
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    subscriber: str
+    subscription_id: str
+    topic: str
+    duration_s: int
+    state: SubscriptionState
+    created_at: int
+    selector_class: str | None = None
+    selector: str | None = None
+    expires_at: int | None = None
+    reason: str | None = None
+    link_id: str | None = None
+
+    @property
+    def key(self) -> str:
+        # NUL cannot occur in an endpoint or an id, so the key is unambiguous.
+        return f"{self.subscriber}\x00{self.subscription_id}"
+
+    def to_avro(self) -> dict[str, Any]:
+        d = {f: getattr(self, f) for f in self.__slots__}  # type: ignore[attr-defined]
+        d["state"] = SubscriptionState(self.state).value
+        return d
+
+    @classmethod
+    def from_avro(cls, rec: Mapping[str, Any]) -> Subscription:
+        return cls(**{**rec, "state": SubscriptionState(rec["state"]),
+                      "created_at": to_ms(rec["created_at"]),
+                      "expires_at": to_ms(rec["expires_at"])})
+
+
+@dataclass(frozen=True, slots=True)
+class AccessEntry:
+    entry_id: str
+    originator: str
+    tokens: tuple[str, ...]
+    effect: AccessEffect
+    created_at: int
+    topic: str | None = None
+
+    @property
+    def key(self) -> str:
+        return self.entry_id
+
+    def to_avro(self) -> dict[str, Any]:
+        d = {f: getattr(self, f) for f in self.__slots__}  # type: ignore[attr-defined]
+        d["tokens"] = list(self.tokens)
+        d["effect"] = AccessEffect(self.effect).value
+        return d
+
+    @classmethod
+    def from_avro(cls, rec: Mapping[str, Any]) -> AccessEntry:
+        return cls(**{**rec, "tokens": tuple(rec["tokens"]), "effect": AccessEffect(rec["effect"]),
+                      "created_at": to_ms(rec["created_at"])})
