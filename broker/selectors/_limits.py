@@ -1,0 +1,42 @@
+"""Named limits that keep hostile selectors and messages from costing more than they should.
+
+A selector arrives in a subscribe request from a peer we may not trust, and it is compiled once
+but evaluated against every message of the topic; a message is parsed once per publish. Each
+limit below caps one way of making either step expensive, and every rejection is a 567 (selector)
+or 561 (message) with a reason, never a hang or a crash.
+"""
+
+from __future__ import annotations
+
+#: Longest selector text accepted, in characters; longer ones are rejected (567). 64 KiB is far
+#: above any hand-written selector (an IN list of 5,000 four-letter symbols fits in 45 KB) and
+#: the same order as ActiveMQ's and Solace's subscription limits; every compiler pass is linear,
+#: so this bounds compile time to a few milliseconds and per-subscription memory to a few
+#: hundred KB.
+DEFAULT_MAX_SELECTOR_LENGTH = 64 * 1024
+
+#: Deepest nesting accepted (parentheses, NOT, unary signs, arithmetic chains; LDAP `(&(|(!…`),
+#: rejected beyond it (567). Both compilers and the Python evaluator recurse once per level, so
+#: this keeps them far from Python's recursion limit (1000 frames); 64 levels is more than any
+#: generated or hand-written selector needs, and a 100-deep selector is refused, not crashed on.
+DEFAULT_MAX_NESTING = 64
+
+#: Most instance bindings one atomic predicate evaluates. A predicate reading several repeated
+#: identifiers (`a = b`) is evaluated over the cross product of their instances, which a message
+#: with many repeats could blow up quadratically or worse. Beyond this many bindings the predicate
+#: is UNKNOWN, in both backends alike. Predicates over a single identifier are linear in its
+#: instances and never hit this.
+DEFAULT_MAX_BINDINGS = 10_000
+
+#: Largest XML message `extract_fields` parses, in bytes (561 beyond). Equal to the default
+#: maximum publish size elsewhere in the broker's order of magnitude; the DOM costs ~10x this.
+DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+#: Deepest element nesting `extract_fields` accepts (561 beyond). An element's value is its whole
+#: text content, so each level of nesting re-reads the text below it: depth bounds that cost.
+#: libxml2 itself stops at 256 without huge_tree.
+DEFAULT_MAX_XML_DEPTH = 64
+
+#: Most field instances (element and attribute values) one message yields (561 beyond), which
+#: bounds the stored field map and the per-message cost of any-instance evaluation.
+DEFAULT_MAX_FIELD_INSTANCES = 20_000
