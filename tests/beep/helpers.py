@@ -34,7 +34,12 @@ def rfc(transcript: str, who: str) -> bytes:
 
 
 def feed(conn: BeepConnection, data: bytes, bytewise: bool) -> list[Event]:
-    """Feed `data` whole or one byte at a time (h11's t_body_reader) and collect the events."""
+    """Feed `data` whole or one byte at a time (h11's t_body_reader) and collect the events.
+
+    Nothing is fed for empty `data` (`receive_data(b"")` would mean end-of-file).
+    """
+    if not data:
+        return []
     if not bytewise:
         return conn.receive_data(data)
     events: list[Event] = []
