@@ -67,15 +67,16 @@ def test_receive_then_acknowledge_never_overruns(sizes: list[int]) -> None:
     """A sender that honours our SEQs never overruns the receive window."""
     send, recv = SendWindow(), ReceiveWindow(4096)
     for size in sizes:
-        while size:
-            grant = send.take(size, 1500)
+        left = size
+        while left:
+            grant = send.take(left, 1500)
             if grant is None:
                 due = recv.update_due()
                 assert due is not None, "a blocked sender must be owed a SEQ"
                 send.on_seq(*due)
                 continue
             recv.receive(*grant)
-            size -= grant[1]
+            left -= grant[1]
 
 
 def test_large_message_fragments_and_waits_for_seq() -> None:
