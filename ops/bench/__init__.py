@@ -1,0 +1,1 @@
+"""Benchmarks, runnable as `python -m ops.bench.<name>`."""
