@@ -38,22 +38,18 @@ from ._channel import Channel, Completed
 from ._config import MAX_NUMBER, BeepConfig, Role
 from ._errors import BeepProtocolError, LocalProtocolError, RemoteProtocolError
 from ._events import (
-    AnswerReceived,
-    AnswersComplete,
     ChannelClosed,
     ChannelStarted,
     ChannelStartRefused,
     ChannelStartRequested,
     CloseRefused,
     CloseRequested,
-    ErrorReplyReceived,
     Event,
     GreetingReceived,
     GreetingRefused,
-    MessageReceived,
     ProtocolViolation,
-    ReplyReceived,
     SessionClosed,
+    message_event,
 )
 from ._frames import Frame, FrameDecoder, FrameType, SeqFrame, encode_frame, encode_seq
 from ._management import (
@@ -233,7 +229,7 @@ class BeepConnection:
             if frame.channel == 0:
                 self._on_management(completed, events)
             else:
-                events.append(self._app_event(frame.channel, completed))
+                events.append(message_event(frame.channel, completed))
         self._window_update(frame.channel)
 
     def _window_update(self, number: int) -> None:
@@ -245,28 +241,6 @@ class BeepConnection:
             # RFC 3081 §3.1.4: "SEQ frames for a channel must have higher priority than
             # messages for that channel" -- written at once, ahead of queued data.
             self._out += encode_seq(SeqFrame(number, *due))
-
-    def _app_event(self, number: int, done: Completed) -> Event:
-        if done.type is FrameType.NUL:
-            return AnswersComplete(number, done.msgno)
-        try:
-            entity = decode_entity(done.payload)
-        except RemoteProtocolError as exc:
-            # RFC 3080 §2.2.2.1: the profile answers a poorly-formed MSG; a poorly-formed reply
-            # on a channel other than zero obliges the application to close that channel.
-            what = "MSG: answer it with ERR" if done.type is FrameType.MSG else \
-                "reply: close the channel (RFC 3080 §2.2.2.1)"
-            return ProtocolViolation(int(exc.code), f"{exc.message} in a {what}", False,
-                                     number, done.msgno)
-        ctype, body = entity.content_type, entity.body
-        if done.type is FrameType.MSG:
-            return MessageReceived(number, done.msgno, ctype, body, entity.transfer_encoding)
-        if done.type is FrameType.RPY:
-            return ReplyReceived(number, done.msgno, ctype, body)
-        if done.type is FrameType.ERR:
-            return ErrorReplyReceived(number, done.msgno, ctype, body)
-        assert done.ansno is not None
-        return AnswerReceived(number, done.msgno, done.ansno, ctype, body)
 
     def _parse_xml(self, payload: bytes) -> ManagementMessage:
         entity = decode_entity(payload)

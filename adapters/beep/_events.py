@@ -1,7 +1,8 @@
 """Events: what `BeepConnection.receive_data()` reports. Frozen, every field documented.
 
-Everything in __all__ gets re-exported by the package. Events describe what the *peer* did (or
-what happened to the session); the application's own commands produce bytes, not events.
+Everything in __all__ gets re-exported by the package; `message_event()` is the connection's.
+Events describe what the *peer* did (or what happened to the session); the application's own
+commands produce bytes, not events.
 """
 
 # ruff: noqa: TID251 - pyproject's ban on `adapters` imports is meant for broker/ only.
@@ -9,7 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ._channel import Completed
+from ._errors import RemoteProtocolError
+from ._frames import FrameType
 from ._management import Profile
+from ._mime import decode_entity
 
 __all__ = [
     "AnswerReceived",
@@ -232,3 +237,27 @@ class ProtocolViolation(Event):
     channel: int | None = None
     #: The message number concerned, if known.
     msgno: int | None = None
+
+
+def message_event(number: int, done: Completed) -> Event:
+    """The event for a whole message received on profile channel `number`."""
+    if done.type is FrameType.NUL:
+        return AnswersComplete(number, done.msgno)
+    try:
+        entity = decode_entity(done.payload)
+    except RemoteProtocolError as exc:
+        # RFC 3080 §2.2.2.1: the profile answers a poorly-formed MSG; a poorly-formed reply
+        # on a channel other than zero obliges the application to close that channel.
+        what = "MSG: answer it with ERR" if done.type is FrameType.MSG else \
+            "reply: close the channel (RFC 3080 §2.2.2.1)"
+        return ProtocolViolation(int(exc.code), f"{exc.message} in a {what}", False,
+                                 number, done.msgno)
+    ctype, body = entity.content_type, entity.body
+    if done.type is FrameType.MSG:
+        return MessageReceived(number, done.msgno, ctype, body, entity.transfer_encoding)
+    if done.type is FrameType.RPY:
+        return ReplyReceived(number, done.msgno, ctype, body)
+    if done.type is FrameType.ERR:
+        return ErrorReplyReceived(number, done.msgno, ctype, body)
+    assert done.ansno is not None
+    return AnswerReceived(number, done.msgno, done.ansno, ctype, body)
