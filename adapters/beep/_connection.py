@@ -296,7 +296,9 @@ class BeepConnection:
             self._machine.process(SessionInput.RECV_SESSION_CLOSE_REFUSAL)
             events.append(CloseRefused(0, error.code, error.text))
         else:
-            self._channels[request.number].closing = False
+            closing = self._channels.get(request.number)  # gone if the peer closed it meanwhile
+            if closing is not None:
+                closing.closing = False
             events.append(CloseRefused(request.number, error.code, error.text))
 
     def _on_acceptance(self, request: _Request, reply: ManagementMessage,
@@ -599,7 +601,8 @@ class BeepConnection:
         self._recently_closed.pop(number, None)
 
     def _forget(self, number: int) -> None:
-        del self._channels[number]
+        # Both peers may close the same channel at once; the second close finds it gone.
+        self._channels.pop(number, None)
         self._recently_closed[number] = None
         if len(self._recently_closed) > _RECENTLY_CLOSED_MEMORY:
             del self._recently_closed[next(iter(self._recently_closed))]

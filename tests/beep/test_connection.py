@@ -11,6 +11,7 @@ from adapters.beep import (
     BeepConnection,
     ChannelClosed,
     ChannelStartRefused,
+    CloseRequested,
     ErrorReplyReceived,
     LocalProtocolError,
     MessageReceived,
@@ -147,3 +148,17 @@ def test_start_limit(pair: ConnectionPair) -> None:
     conn.start_channel([ECHO])
     with pytest.raises(LocalProtocolError):
         conn.start_channel([ECHO])
+
+
+def test_simultaneous_close_of_one_channel(pair: ConnectionPair) -> None:
+    """Both peers close channel 1 at once: each accepts the other's, neither crashes."""
+    pair.initiator.close_channel(1)
+    pair.listener.close_channel(1)
+    got_i, got_l = pair.pump()
+    assert CloseRequested(1, 200, "") in got_i and CloseRequested(1, 200, "") in got_l
+    pair.initiator.accept_close(1)
+    pair.listener.accept_close(1)
+    more_i, more_l = pair.pump()
+    assert ChannelClosed(1) in more_i and ChannelClosed(1) in more_l
+    assert pair.initiator.channels == pair.listener.channels == {0: ""}
+    assert pair.initiator.state is pair.listener.state is SessionState.OPEN
