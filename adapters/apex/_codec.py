@@ -1,0 +1,517 @@
+"""The APEX profile's vocabulary (RFC 3340 §4.4, DTD §9.1): BEEP payloads <-> frozen dataclasses.
+
+Theory of operation
+-------------------
+MSGs on an APEX channel carry `attach`, `bind`, `terminate` or `data`; RPYs carry `ok`, ERRs
+`error` (§8.1). `decode(content_type, body)` turns a received payload into one of the dataclasses
+below, `encode(operation)` turns one back into `(content_type, body)` for
+`BeepConnection.send_msg()`. A `data` whose content is arbitrary octets travels as
+`multipart/related` with the control document as the start part and the content referenced by a
+`cid:` URL; XML content may instead sit inside the control document as `data-content`,
+referenced by `#Name` (§4.1). No lxml object leaves this module.
+
+Decoding is hardened the way `adapters.beep._management` is (an APEX channel is reachable by any
+peer that completed a greeting): the XML is bounded (`DEFAULT_MAX_XML_SIZE`) before lxml sees it,
+any DOCTYPE or ENTITY declaration is refused outright, the parser resolves no entity, loads no
+DTD and fetches nothing, and the tree's depth is bounded (`DEFAULT_MAX_XML_DEPTH`). XML that does
+not parse is 500 (`SyntaxError_`, "poorly-formed XML"); XML that parses but does not fit the DTD
+is 501 (`ParameterSyntaxError`, "non-valid XML"); an endpoint that does not parse is 553. Every
+other failure is a bug: `decode` raises nothing but `ApexpsError`.
+
+Encoding reproduces the RFC's layout (single-quoted attributes, " />", four-space indentation),
+so the RFC's examples are golden test data.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+from urllib.parse import unquote
+
+from lxml import etree
+
+from broker.errors import ApexpsError, SyntaxError_
+
+from ._endpoint import Endpoint
+from ._errors import ParameterSyntaxError
+from ._multipart import (
+    MULTIPART_RELATED,
+    Part,
+    content_type_params,
+    decode_related,
+    encode_related,
+    new_content_id,
+)
+
+__all__ = [
+    "APEX_PROFILE",
+    "BEEP_XML",
+    "DEFAULT_MAX_CONTENT_SIZE",
+    "DEFAULT_MAX_RECIPIENTS",
+    "DEFAULT_MAX_XML_DEPTH",
+    "DEFAULT_MAX_XML_SIZE",
+    "Attach",
+    "Bind",
+    "Data",
+    "Error",
+    "Ok",
+    "Operation",
+    "Option",
+    "TargetHop",
+    "Terminate",
+    "decode",
+    "encode",
+]
+
+#: RFC 3340 §4.2: the profile URI.
+APEX_PROFILE = "http://iana.org/beep/APEX"
+#: The media type of every APEX control document.
+BEEP_XML = "application/beep+xml"
+#: A control document is a handful of elements; 256 KiB leaves room for thousands of recipients
+#: or a sizeable `data-content` and still stops a multi-megabyte tree from being built.
+DEFAULT_MAX_XML_SIZE = 256 * 1024
+#: Deepest element nesting accepted. The DTD needs 3 (data/recipient/option); `data-content` and
+#: `option` may hold ANY, so leave room, but stop pathological nesting well before libxml2's 256.
+DEFAULT_MAX_XML_DEPTH = 32
+#: Largest content of one data operation: BEEP's DEFAULT_MAX_MESSAGE_SIZE bounds the message.
+DEFAULT_MAX_CONTENT_SIZE = 4 * 1024 * 1024
+#: Recipients of one data element; each costs a delivery.
+DEFAULT_MAX_RECIPIENTS = 1024
+
+_FORBIDDEN = re.compile(rb"<!(?:DOCTYPE|ENTITY)", re.IGNORECASE)
+_NUMBER = re.compile(r"[0-9]{1,10}")
+_CODE = re.compile(r"[1-5][0-9][0-9]")
+_NMTOKEN = re.compile(r"[\w.:-]+")
+_XML_LANG = "{http://www.w3.org/XML/1998/namespace}lang"
+_MAX_ID = 2**31 - 1
+
+_PARSER = etree.XMLParser(
+    resolve_entities=False,
+    no_network=True,
+    load_dtd=False,
+    dtd_validation=False,
+    huge_tree=False,
+    remove_comments=True,
+    remove_pis=True,
+)
+
+
+class TargetHop(StrEnum):
+    """RFC 3340 §5: which relays process an option."""
+
+    #: "the option applies to this relay, and must be removed prior to transmitting".
+    THIS = "this"
+    #: "applies to this relay, only if the relay will transmit ... directly to the recipient".
+    FINAL = "final"
+    #: "the option applies to this relay and is retained for the next".
+    ALL = "all"
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """An `option` element (§5): `name` is the `internal` NMTOKEN, or the `external` URI."""
+
+    name: str
+    trans_id: int | None = None
+    external: bool = False
+    target_hop: TargetHop = TargetHop.FINAL
+    must_understand: bool = False
+    localize: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Attach:
+    """Attach to the relaying mesh as `endpoint` (§4.4.1)."""
+
+    endpoint: Endpoint
+    trans_id: int
+    options: tuple[Option, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Bind:
+    """Serve as a relay for the administrative domain `relay` (§4.4.2)."""
+
+    relay: str
+    trans_id: int
+    options: tuple[Option, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Terminate:
+    """Release the attachment or binding made by `trans_id` (0: all of them) (§4.4.3)."""
+
+    trans_id: int = 0
+    code: int = 250
+    text: str = ""
+    lang: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Data:
+    """Data from `originator` to `recipients` (§4.4.4).
+
+    `content` is the octets the `content` URI-reference names; `content_ref` that reference
+    (None: a fresh `cid:` is made when encoding; "#Name": `content` is XML carried in a
+    `data-content` element; any other absolute URI is kept but not fetched, `content` empty).
+    `recipient_options`, when not empty, holds each recipient's options, in order.
+    """
+
+    originator: Endpoint
+    recipients: tuple[Endpoint, ...]
+    content: bytes = b""
+    content_type: str = "application/octet-stream"
+    options: tuple[Option, ...] = ()
+    originator_options: tuple[Option, ...] = ()
+    recipient_options: tuple[tuple[Option, ...], ...] = ()
+    content_ref: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.recipients:
+            raise ParameterSyntaxError("a data element needs one or more recipients")
+        if self.recipient_options and len(self.recipient_options) != len(self.recipients):
+            raise ParameterSyntaxError("recipient_options must match recipients one to one")
+
+    def options_of(self, index: int) -> tuple[Option, ...]:
+        """The per-recipient options of recipient `index`."""
+        return self.recipient_options[index] if self.recipient_options else ()
+
+    def for_recipients(self, indexes: list[int]) -> Data:
+        """The same data addressed to a subset of its recipients (§4.4.4.1 step 5.3)."""
+        opts = tuple(self.options_of(i) for i in indexes) if self.recipient_options else ()
+        return Data(self.originator, tuple(self.recipients[i] for i in indexes), self.content,
+                    self.content_type, self.options, self.originator_options, opts,
+                    self.content_ref)
+
+
+@dataclass(frozen=True, slots=True)
+class Ok:
+    """Positive reply (RFC 3080 `ok`; APEX's DTD gives it no attributes, `trans_id` is an
+    apexps extension, decoded if present and encoded only when set)."""
+
+    trans_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Error:
+    """Negative reply: a three-digit code (§10) and a diagnostic."""
+
+    code: int
+    text: str = ""
+    trans_id: int | None = None
+    lang: str | None = field(default=None)
+
+    def exception(self) -> ApexpsError:
+        """The `ApexpsError` this reply code stands for."""
+        return ApexpsError.for_code(self.code, self.text or None)
+
+    @classmethod
+    def from_exception(cls, exc: ApexpsError, trans_id: int | None = None) -> Error:
+        return cls(int(exc.code), str(exc), trans_id)
+
+
+Operation = Attach | Bind | Terminate | Data | Ok | Error
+
+
+# --- decoding -------------------------------------------------------------------------------
+
+
+def _attrs(elem: etree._Element, allowed: set[str], required: set[str]) -> dict[str, str]:
+    attrs = {str(k): str(v) for k, v in elem.attrib.items()}
+    unknown = set(attrs) - allowed
+    if unknown:
+        raise ParameterSyntaxError(f"unexpected attribute {sorted(unknown)[0][:40]!r}"
+                                   f" in <{elem.tag}>")
+    missing = required - set(attrs)
+    if missing:
+        raise ParameterSyntaxError(f"<{elem.tag}> lacks its {sorted(missing)[0]!r} attribute")
+    return attrs
+
+
+def _number(value: str, what: str, minimum: int = 1) -> int:
+    if not _NUMBER.fullmatch(value) or not minimum <= int(value) <= _MAX_ID:
+        raise ParameterSyntaxError(f"{what} {value[:20]!r} is not a number in"
+                                   f" {minimum}..{_MAX_ID}")
+    return int(value)
+
+
+def _code(value: str) -> int:
+    if not _CODE.fullmatch(value):
+        raise ParameterSyntaxError(f"reply code {value[:20]!r} is not three digits")
+    return int(value)
+
+
+def _text_only(elem: etree._Element) -> str:
+    if len(elem):
+        raise ParameterSyntaxError(f"<{elem.tag}> may contain only character data")
+    return elem.text or ""
+
+
+def _no_text(elem: etree._Element) -> None:
+    if (elem.text or "").strip() or any((c.tail or "").strip() for c in elem):
+        raise ParameterSyntaxError(f"<{elem.tag}> may not contain character data")
+
+
+def _option(elem: etree._Element) -> Option:
+    attrs = _attrs(elem, {"internal", "external", "targetHop", "mustUnderstand", "transID",
+                          "localize"}, set())
+    internal, external = attrs.get("internal", ""), attrs.get("external", "")
+    if bool(internal) == bool(external):
+        raise ParameterSyntaxError("exactly one of 'internal' and 'external' names an option")
+    if internal and not _NMTOKEN.fullmatch(internal):
+        raise ParameterSyntaxError(f"option name {internal[:40]!r} is not an NMTOKEN")
+    if external and ":" not in external:
+        raise ParameterSyntaxError("an external option is an absolute URI (RFC 3340 §5)")
+    try:
+        hop = TargetHop(attrs.get("targetHop", "final"))
+    except ValueError:
+        raise ParameterSyntaxError("targetHop must be this, final or all") from None
+    must = attrs.get("mustUnderstand", "false")
+    if must not in ("true", "false"):
+        raise ParameterSyntaxError("mustUnderstand must be true or false")
+    trans_id = _number(attrs["transID"], "transID") if "transID" in attrs else None
+    return Option(internal or external, trans_id, bool(external), hop, must == "true",
+                  attrs.get("localize"))
+
+
+def _options(elems: list[etree._Element], where: str) -> tuple[Option, ...]:
+    for elem in elems:
+        if elem.tag != "option":
+            raise ParameterSyntaxError(f"unexpected element <{str(elem.tag)[:40]}> in <{where}>")
+    return tuple(_option(e) for e in elems)
+
+
+def _endpoint(value: str) -> Endpoint:
+    return Endpoint.parse(value)
+
+
+def _depth(root: etree._Element) -> int:
+    deepest, stack = 0, [(root, 1)]
+    while stack:
+        elem, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > DEFAULT_MAX_XML_DEPTH:
+            break
+        stack.extend((child, depth + 1) for child in elem)
+    return deepest
+
+
+def _parse_xml(body: bytes) -> etree._Element:
+    if len(body) > DEFAULT_MAX_XML_SIZE:
+        raise SyntaxError_(f"control document of {len(body)} octets exceeds"
+                           f" {DEFAULT_MAX_XML_SIZE}")
+    if _FORBIDDEN.search(body):
+        raise SyntaxError_("DOCTYPE and ENTITY declarations are refused")
+    try:
+        root = etree.fromstring(body, _PARSER)
+    except (etree.XMLSyntaxError, ValueError) as exc:
+        raise SyntaxError_(f"poorly-formed XML: {str(exc)[:200]}") from None
+    doctype: object = getattr(root.getroottree().docinfo, "doctype", None)
+    if doctype:
+        raise SyntaxError_("not an XML document, or one with a DOCTYPE")
+    if _depth(root) > DEFAULT_MAX_XML_DEPTH:
+        raise SyntaxError_(f"XML nested deeper than {DEFAULT_MAX_XML_DEPTH} elements")
+    if not isinstance(root.tag, str):
+        raise SyntaxError_("the document element is not an element")
+    return root
+
+
+def _inner_xml(elem: etree._Element) -> bytes:
+    out = (elem.text or "").encode("utf-8")
+    for child in elem:
+        out += etree.tostring(child, encoding="utf-8", with_tail=True)
+    return out.strip()
+
+
+def _data(root: etree._Element, parts: list[Part]) -> Data:
+    attrs = _attrs(root, {"content"}, {"content"})
+    _no_text(root)
+    children = list(root)
+    if len(children) < 2 or children[0].tag != "originator":
+        raise ParameterSyntaxError("<data> starts with <originator>, then <recipient>s")
+    origin = children[0]
+    _no_text(origin)
+    originator = _endpoint(_attrs(origin, {"identity"}, {"identity"})["identity"])
+    originator_options = _options(list(origin), "originator")
+    recipients: list[Endpoint] = []
+    per_recipient: list[tuple[Option, ...]] = []
+    index = 1
+    while index < len(children) and children[index].tag == "recipient":
+        elem = children[index]
+        _no_text(elem)
+        recipients.append(_endpoint(_attrs(elem, {"identity"}, {"identity"})["identity"]))
+        per_recipient.append(_options(list(elem), "recipient"))
+        index += 1
+    if not recipients:
+        raise ParameterSyntaxError("<data> needs one or more <recipient> elements")
+    if len(recipients) > DEFAULT_MAX_RECIPIENTS:
+        raise ParameterSyntaxError(f"more than {DEFAULT_MAX_RECIPIENTS} recipients")
+    rest = children[index:]
+    holder = rest.pop() if rest and rest[-1].tag == "data-content" else None
+    options = _options(rest, "data")
+    ref = attrs["content"]
+    content, content_type = b"", "application/octet-stream"
+    if ref.startswith("#"):
+        if holder is None:
+            raise ParameterSyntaxError(f"content {ref[:60]!r} names no <data-content>")
+        name = _attrs(holder, {"Name"}, {"Name"})["Name"]
+        if name != ref[1:]:
+            raise ParameterSyntaxError(f"content {ref[:60]!r} names no <data-content>")
+        content, content_type = _inner_xml(holder), BEEP_XML
+    elif holder is not None:
+        raise ParameterSyntaxError("<data-content> present but content does not reference it")
+    elif ref.startswith("cid:"):
+        cid = unquote(ref[4:])
+        found = [p for p in parts if p.content_id == cid]
+        if not found:
+            raise ParameterSyntaxError(f"content {ref[:60]!r} names no body part")
+        content, content_type = found[0].body, found[0].content_type
+    elif ":" not in ref:
+        raise ParameterSyntaxError("content is an absolute URI or a #fragment (RFC 3340 §4.1)")
+    if len(content) > DEFAULT_MAX_CONTENT_SIZE:
+        raise ParameterSyntaxError(f"content exceeds {DEFAULT_MAX_CONTENT_SIZE} octets")
+    has_opts = any(per_recipient)
+    return Data(originator, tuple(recipients), content, content_type, options,
+                originator_options, tuple(per_recipient) if has_opts else (), ref)
+
+
+def _operation(root: etree._Element, parts: list[Part]) -> Operation:
+    tag = root.tag
+    if tag == "attach":
+        attrs = _attrs(root, {"endpoint", "transID"}, {"endpoint", "transID"})
+        _no_text(root)
+        return Attach(_endpoint(attrs["endpoint"]), _number(attrs["transID"], "transID"),
+                      _options(list(root), "attach"))
+    if tag == "bind":
+        attrs = _attrs(root, {"relay", "transID"}, {"relay", "transID"})
+        _no_text(root)
+        relay = attrs["relay"]
+        Endpoint("x", relay)  # validates the domain the same way (553 if not one)
+        return Bind(relay.lower(), _number(attrs["transID"], "transID"),
+                    _options(list(root), "bind"))
+    if tag == "terminate":
+        attrs = _attrs(root, {"code", "transID", _XML_LANG}, set())
+        return Terminate(_number(attrs.get("transID", "0"), "transID", 0),
+                         _code(attrs.get("code", "250")), _text_only(root).strip(),
+                         attrs.get(_XML_LANG))
+    if tag == "data":
+        return _data(root, parts)
+    if tag == "ok":
+        attrs = _attrs(root, {"transID"}, set())
+        if len(root) or (root.text or "").strip():
+            raise ParameterSyntaxError("<ok> is empty")
+        return Ok(_number(attrs["transID"], "transID") if "transID" in attrs else None)
+    if tag == "error":
+        attrs = _attrs(root, {"code", "transID", _XML_LANG}, {"code"})
+        trans_id = _number(attrs["transID"], "transID") if "transID" in attrs else None
+        return Error(_code(attrs["code"]), _text_only(root).strip(), trans_id,
+                     attrs.get(_XML_LANG))
+    raise ParameterSyntaxError(f"<{str(tag)[:40]}> is not an APEX element")
+
+
+def decode(content_type: str, body: bytes) -> Operation:
+    """Decode one APEX payload (a BEEP message's Content-Type and body).
+
+    Raises:
+        ApexpsError: 500 poorly-formed, 501 not valid, 553 a bad endpoint, 504 an unsupported
+            transfer encoding. Nothing else, whatever `body` holds.
+    """
+    try:
+        media, _ = content_type_params(content_type)
+        parts: list[Part] = []
+        if media == MULTIPART_RELATED:
+            start, parts = decode_related(content_type, body)
+            media, _ = content_type_params(start.content_type)
+            body = start.body
+        if media not in (BEEP_XML, "text/xml", "application/xml"):
+            raise ParameterSyntaxError(f"APEX control documents are {BEEP_XML},"
+                                       f" not {media[:60]!r}")
+        return _operation(_parse_xml(body), parts)
+    except (RecursionError, MemoryError, UnicodeError) as exc:
+        raise SyntaxError_(f"undecodable payload: {type(exc).__name__}") from None
+
+
+# --- encoding -------------------------------------------------------------------------------
+
+
+def _esc(value: str) -> str:
+    return (value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            .replace("'", "&apos;").replace("\r", "&#13;"))
+
+
+def _lang(lang: str | None) -> str:
+    return "" if lang is None else f" xml:lang='{_esc(lang)}'"
+
+
+def _option_xml(option: Option, indent: str) -> str:
+    attrs = f" {'external' if option.external else 'internal'}='{_esc(option.name)}'"
+    if option.target_hop is not TargetHop.FINAL or option.must_understand:
+        attrs += f" targetHop='{option.target_hop.value}'"
+    if option.must_understand:
+        attrs += " mustUnderstand='true'"
+    if option.trans_id is not None:
+        attrs += f" transID='{option.trans_id}'"
+    if option.localize is not None:
+        attrs += f" localize='{_esc(option.localize)}'"
+    return f"{indent}<option{attrs} />\r\n"
+
+
+def _container(tag: str, attrs: str, options: tuple[Option, ...], indent: str) -> str:
+    if not options:
+        return f"{indent}<{tag}{attrs} />\r\n"
+    inner = "".join(_option_xml(o, indent + "    ") for o in options)
+    return f"{indent}<{tag}{attrs}>\r\n{inner}{indent}</{tag}>\r\n"
+
+
+def _diagnostic(tag: str, attrs: str, text: str) -> str:
+    return f"<{tag}{attrs}>{_esc(text)}</{tag}>" if text else f"<{tag}{attrs} />"
+
+
+def encode_xml(operation: Operation, content_ref: str | None = None) -> str:
+    """The control document alone (for `data`, `content_ref` overrides `operation`'s)."""
+    if isinstance(operation, Attach | Bind):
+        tag, name = ("attach", "endpoint") if isinstance(operation, Attach) else ("bind", "relay")
+        value = str(operation.endpoint) if isinstance(operation, Attach) else operation.relay
+        attrs = f" {name}='{_esc(value)}' transID='{operation.trans_id}'"
+        return _container(tag, attrs, operation.options, "").rstrip("\r\n")
+    if isinstance(operation, Terminate):
+        attrs = f" transID='{operation.trans_id}'"
+        if operation.code != 250:
+            attrs = f" code='{operation.code}'" + attrs
+        return _diagnostic("terminate", attrs + _lang(operation.lang), operation.text)
+    if isinstance(operation, Ok):
+        return "<ok />" if operation.trans_id is None else f"<ok transID='{operation.trans_id}' />"
+    if isinstance(operation, Error):
+        attrs = f" code='{operation.code}'"
+        if operation.trans_id is not None:
+            attrs += f" transID='{operation.trans_id}'"
+        return _diagnostic("error", attrs + _lang(operation.lang), operation.text)
+    ref = content_ref or operation.content_ref or ""
+    lines = [f"<data content='{_esc(ref)}'>\r\n",
+             _container("originator", f" identity='{_esc(str(operation.originator))}'",
+                        operation.originator_options, "    ")]
+    lines += [_container("recipient", f" identity='{_esc(str(r))}'", operation.options_of(i),
+                         "    ") for i, r in enumerate(operation.recipients)]
+    lines += [_option_xml(o, "    ") for o in operation.options]
+    if ref.startswith("#"):
+        lines.append(f"    <data-content Name='{_esc(ref[1:])}'>\r\n"
+                     f"{operation.content.decode('utf-8')}\r\n    </data-content>\r\n")
+    lines.append("</data>")
+    return "".join(lines)
+
+
+def encode(operation: Operation) -> tuple[str, bytes]:
+    """`(content_type, body)` of the BEEP message carrying `operation`."""
+    if not isinstance(operation, Data):
+        return BEEP_XML, encode_xml(operation).encode("utf-8")
+    ref = operation.content_ref
+    if ref is not None and ref.startswith("#"):
+        _parse_xml(b"<x>" + operation.content + b"</x>")  # refuse to send broken XML
+        return BEEP_XML, encode_xml(operation).encode("utf-8")
+    if ref is not None and not ref.startswith("cid:"):
+        return BEEP_XML, encode_xml(operation).encode("utf-8")  # external, not carried
+    cid = unquote(ref[4:]) if ref else new_content_id()
+    xml = encode_xml(operation, f"cid:{cid}").encode("utf-8")
+    start = Part(BEEP_XML, new_content_id(), xml)
+    return encode_related(start, [Part(operation.content_type, cid, operation.content)])
