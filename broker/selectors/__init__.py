@@ -44,7 +44,7 @@ from ._limits import (
     DEFAULT_MAX_XML_DEPTH,
 )
 from ._schema import SelectorSchema, parse_selector_schema
-from ._spark import FIELDS_TYPE_DDL
+from ._spark import FIELDS_TYPE_DDL, condition_column, condition_sql
 
 __all__ = [
     "DEFAULT_MAX_BINDINGS",
@@ -111,19 +111,21 @@ class Selector:
         """
         return self._evaluate(extract_fields(message, schema)) is True
 
-    def to_spark(self, fields_column: Any = "fields") -> Any:
-        """A Spark boolean Column over a `map<string,array<string>>` column (NULL = UNKNOWN).
+    def to_spark(self, fields_column: str = "fields") -> Any:
+        """A Spark boolean Column over the named `map<string,array<string>>` column.
 
-        Filter on it directly (`df.filter(sel.to_spark())`): NULL rows are dropped, as
-        UNKNOWN does not match. Imports pyspark on first use.
+        NULL is UNKNOWN, so `df.filter(sel.to_spark())` keeps exactly the rows the live path
+        matches. Imports pyspark on first use; `to_spark_sql` gives the same as SQL text.
         """
-        # Lazy: the live broker must import without pyspark's JVM.
-        from pyspark.sql import functions  # noqa: PLC0415
+        return condition_column(self.condition, _quote_column(fields_column))
 
-        from ._spark import condition_column  # noqa: PLC0415
+    def to_spark_sql(self, fields_column: str = "fields") -> str:
+        """The Spark SQL text of `to_spark` (for `expr()`, SQL queries, or reading)."""
+        return condition_sql(self.condition, _quote_column(fields_column))
 
-        column = functions.col(fields_column) if isinstance(fields_column, str) else fields_column
-        return condition_column(self.condition, column)
+
+def _quote_column(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
 
 
 def compile(
