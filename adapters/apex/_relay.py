@@ -1,0 +1,257 @@
+"""The endpoint-relay core (RFC 3340 §4.4 and §4.5.1), without I/O.
+
+Theory of operation
+-------------------
+The relay serves one administrative domain. Each APEX channel an application opened is a
+`ChannelRef` (the shell's session number and the BEEP channel number); the relay keeps which
+endpoints are attached through which channel, under which transaction-identifier.
+`Relay.handle(ref, operation)` applies one received `attach`, `bind`, `terminate` or `data` and
+returns an `Outcome`: the reply for the sender and the `Delivery`s (data or terminate elements to
+send on other channels) the operation caused. The shell performs them; nothing here awaits,
+logs or touches a socket, so every rule below is a plain unit test.
+
+Data to a well-known endpoint registered with `register_service("apex=pubsub", handler)` (or any
+subaddress of it, "apex=pubsub/equity.quote@domain") goes to the handler, which may answer with
+data of its own; that is routed like any other data.
+
+Choices the RFC leaves open (see the report in the commit log):
+
+* a recipient in another domain is not relayed (no relay-relay mode yet): it fails with 550;
+* §4.4.4.1 returns `ok` before recipients are processed; since local processing here is
+  immediate, a data none of whose recipients can be reached is answered with the error instead
+  (550), unless the originator asked for a statusRequest, which then reports per recipient;
+* a subaddress with no attachment of its own is delivered to its base endpoint's attachment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
+
+from broker.errors import AccessDenied, ApexpsError, InvalidParameter, NotTaken
+
+from ._codec import BEEP_XML, Attach, Bind, Data, Error, Ok, Operation, Option, Terminate
+from ._endpoint import Endpoint
+from ._errors import AttachmentOverridden, OptionNotImplemented, TransactionFailed
+from ._errors import TransactionInProgress as InProgress
+
+__all__ = [
+    "ATTACH_OVERRIDE",
+    "REPORT_SERVICE",
+    "STATUS_REQUEST",
+    "ChannelRef",
+    "Delivery",
+    "Outcome",
+    "Relay",
+    "ServiceHandler",
+]
+
+#: RFC 3340 §5.1: ask each applicable relay for a statusResponse.
+STATUS_REQUEST = "statusRequest"
+#: RFC 3342 §2: a newer attach takes the endpoint over from an older one.
+ATTACH_OVERRIDE = "attachOverride"
+#: RFC 3340 §6.2: the report service's well-known endpoint (local part).
+REPORT_SERVICE = "apex=report"
+
+
+class ChannelRef(NamedTuple):
+    """One APEX channel of one BEEP session, as the shell numbers them."""
+
+    session: int
+    channel: int
+
+
+class ServiceHandler(Protocol):
+    """An APEX service living at a well-known endpoint (RFC 3340 §6), e.g. the pubsub service.
+
+    `on_data` gets the data addressed to `recipient` (the service's endpoint or a subaddress of
+    it) and returns the data it sends in response, if any; raising an `ApexpsError` fails that
+    recipient with the error's code.
+    """
+
+    def on_data(self, data: Data, recipient: Endpoint) -> Iterable[Data]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """Send `operation` (a `Data`, or a `Terminate` telling an application it lost an
+    attachment) as a MSG on channel `target`."""
+
+    target: ChannelRef
+    operation: Data | Terminate
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one operation produced: the reply to its sender, and deliveries to make."""
+
+    reply: Ok | Error
+    deliveries: tuple[Delivery, ...] = ()
+
+
+@dataclass(slots=True)
+class _Attachment:
+    ref: ChannelRef
+    trans_id: int
+
+
+#: The default attach policy (§4.5.1 is the access service's business; apexps has none yet):
+#: anyone may attach as any ordinary endpoint, nobody as a well-known one.
+def _default_may_attach(ref: ChannelRef, endpoint: Endpoint) -> bool:
+    return not endpoint.is_well_known
+
+
+@dataclass(slots=True)
+class Relay:
+    """The relay of `domain`; `may_attach(ref, endpoint)` is the §4.5.1 attach policy."""
+
+    domain: str
+    may_attach: Callable[[ChannelRef, Endpoint], bool] = _default_may_attach
+    understood: frozenset[str] = frozenset({STATUS_REQUEST, ATTACH_OVERRIDE})
+    _attached: dict[Endpoint, _Attachment] = field(default_factory=dict)
+    _by_channel: dict[ChannelRef, dict[int, Endpoint]] = field(default_factory=dict)
+    _services: dict[str, ServiceHandler] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.domain = self.domain.lower()
+
+    # --- observation / registration ----------------------------------------------------
+
+    def attachments(self, ref: ChannelRef) -> dict[int, Endpoint]:
+        """The endpoints attached through `ref`, by transaction-identifier."""
+        return dict(self._by_channel.get(ref, {}))
+
+    def register_service(self, name: str, handler: ServiceHandler) -> None:
+        """Serve the well-known endpoint `name@domain` (e.g. "apex=pubsub") with `handler`."""
+        endpoint = Endpoint.parse(f"{name}@{self.domain}")
+        if not endpoint.is_well_known or endpoint.subaddress is not None:
+            raise InvalidParameter(f"{name!r} is not a well-known endpoint (apex=...)")
+        self._services[endpoint.address] = handler
+
+    def channel_closed(self, ref: ChannelRef) -> None:
+        """The channel (or its session) is gone: its attachments end (§6.1.1)."""
+        for endpoint in self._by_channel.pop(ref, {}).values():
+            self._attached.pop(endpoint, None)
+
+    # --- operations ------------------------------------------------------------------
+
+    def handle(self, ref: ChannelRef, operation: Operation) -> Outcome:
+        """Apply one operation received on `ref`; never raises `ApexpsError`."""
+        try:
+            if isinstance(operation, Attach):
+                return self._attach(ref, operation)
+            if isinstance(operation, Bind):
+                raise AccessDenied(f"this relay does not accept relay bindings for"
+                                   f" {operation.relay}")
+            if isinstance(operation, Terminate):
+                return self._terminate(ref, operation)
+            if isinstance(operation, Data):
+                return self._data(ref, operation)
+            raise NotTaken(f"<{type(operation).__name__.lower()}> is a reply, not a request")
+        except ApexpsError as exc:
+            return Outcome(Error.from_exception(exc))
+
+    def _check_options(self, options: Iterable[Option]) -> None:
+        for option in options:
+            if option.must_understand and (option.external or option.name not in self.understood):
+                raise OptionNotImplemented(f"option {option.name[:80]!r} is not implemented")
+
+    def _attach(self, ref: ChannelRef, attach: Attach) -> Outcome:
+        mine = self._by_channel.get(ref, {})
+        if attach.trans_id in mine:
+            raise InProgress(f"transID {attach.trans_id} is in force on this channel")
+        endpoint = attach.endpoint
+        if endpoint.domain != self.domain:
+            raise InvalidParameter(f"this relay serves {self.domain}, not {endpoint.domain}")
+        if not self.may_attach(ref, endpoint):
+            raise AccessDenied(f"not authorized to attach as {endpoint}")
+        self._check_options(attach.options)
+        deliveries: tuple[Delivery, ...] = ()
+        current = self._attached.get(endpoint)
+        if current is not None:
+            if not any(o.name == ATTACH_OVERRIDE for o in attach.options):
+                raise TransactionFailed(f"{endpoint} is already attached")
+            self._detach(current.ref, current.trans_id)
+            notice = AttachmentOverridden(f"{endpoint} attached elsewhere")
+            deliveries = (Delivery(current.ref, Terminate(current.trans_id, int(notice.code),
+                                                          str(notice))),)
+        self._attached[endpoint] = _Attachment(ref, attach.trans_id)
+        self._by_channel.setdefault(ref, {})[attach.trans_id] = endpoint
+        return Outcome(Ok(), deliveries)
+
+    def _detach(self, ref: ChannelRef, trans_id: int) -> None:
+        endpoint = self._by_channel.get(ref, {}).pop(trans_id, None)
+        if endpoint is not None:
+            self._attached.pop(endpoint, None)
+
+    def _terminate(self, ref: ChannelRef, terminate: Terminate) -> Outcome:
+        mine = self._by_channel.get(ref, {})
+        if terminate.trans_id == 0:
+            for trans_id in list(mine):
+                self._detach(ref, trans_id)
+        elif terminate.trans_id not in mine:
+            raise NotTaken("unknown transaction-identifier")
+        else:
+            self._detach(ref, terminate.trans_id)
+        return Outcome(Ok())
+
+    def _data(self, ref: ChannelRef, data: Data) -> Outcome:
+        origin = self._attached.get(data.originator)
+        if origin is None or origin.ref != ref:
+            raise AccessDenied(f"not attached as {data.originator} on this channel")
+        self._check_options(data.options)
+        self._check_options(data.originator_options)
+        for index in range(len(data.recipients)):
+            self._check_options(data.options_of(index))
+        deliveries: list[Delivery] = []
+        statuses: list[tuple[Endpoint, int, str]] = []
+        for index, recipient in enumerate(data.recipients):
+            try:
+                deliveries += self._deliver(data.for_recipients([index]), recipient)
+                statuses.append((recipient, 250, ""))
+            except ApexpsError as exc:
+                statuses.append((recipient, int(exc.code), str(exc)))
+        requests = [o for o in data.options if o.name == STATUS_REQUEST]
+        requests += [o for i in range(len(data.recipients)) for o in data.options_of(i)
+                     if o.name == STATUS_REQUEST]
+        if requests:
+            trans_id = requests[0].trans_id or 0
+            deliveries.append(Delivery(ref, self._report(data.originator, trans_id, statuses)))
+        elif all(code != 250 for _, code, _ in statuses):
+            code, text = statuses[0][1], statuses[0][2]
+            return Outcome(Error(code, text))
+        return Outcome(Ok(), tuple(deliveries))
+
+    def _deliver(self, data: Data, recipient: Endpoint) -> list[Delivery]:
+        if recipient.domain != self.domain:
+            raise NotTaken(f"no route to {recipient.domain} (relay-relay mode not served)")
+        service = self._services.get(recipient.address) if recipient.is_well_known else None
+        if service is not None:
+            out: list[Delivery] = []
+            for answer in service.on_data(data, recipient):
+                for index, to in enumerate(answer.recipients):
+                    # Best effort (RFC 3340 §5): a service's reply to nobody is dropped.
+                    with suppress(ApexpsError):
+                        out += self._deliver(answer.for_recipients([index]), to)
+            return out
+        target = self._attached.get(recipient) or self._attached.get(recipient.base)
+        if target is None:
+            raise NotTaken("unknown endpoint identity")
+        return [Delivery(target.ref, data)]
+
+    def _report(self, originator: Endpoint, trans_id: int,
+                statuses: list[tuple[Endpoint, int, str]]) -> Data:
+        """A statusResponse (RFC 3340 §6.2, DTD §9.2) from apex=report to the originator."""
+        def esc(text: str) -> str:
+            return text.replace("&", "&amp;").replace("<", "&lt;").replace("'", "&apos;")
+        rows = "".join(
+            f"        <destination identity='{esc(str(who))}'>\r\n"
+            f"            <reply code='{code}' transID='{trans_id}'"
+            + (f">{esc(text)}</reply>\r\n" if text else " />\r\n")
+            + "        </destination>\r\n"
+            for who, code, text in statuses)
+        xml = f"<statusResponse transID='{trans_id}'>\r\n{rows}    </statusResponse>"
+        return Data(Endpoint(REPORT_SERVICE, self.domain), (originator,), xml.encode("utf-8"),
+                    BEEP_XML, content_ref="#Content")
