@@ -1,0 +1,180 @@
+"""`ApexClient`: an application attached to an APEX relay (endpoint-relay mode, RFC 3340 §2.1).
+
+The asyncio shell around an INITIATOR `BeepConnection`: one reader task turns received bytes into
+events, resolves the future of each MSG we sent when its RPY/ERR arrives, and answers each `data`
+the relay delivers with `ok` after queueing it for `receive()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterable
+
+from adapters.beep import (
+    BeepConnection,
+    ChannelStarted,
+    ChannelStartRefused,
+    ErrorReplyReceived,
+    Event,
+    GreetingReceived,
+    MessageReceived,
+    ProtocolViolation,
+    ReplyReceived,
+    Role,
+    SessionClosed,
+)
+from broker.errors import ApexpsError, NotTaken, ServiceNotAvailable
+
+from ._codec import APEX_PROFILE, Attach, Data, Error, Ok, Operation, Terminate, decode, encode
+from ._endpoint import Endpoint
+from .server import READ_SIZE
+
+__all__ = ["DEFAULT_TIMEOUT", "ApexClient"]
+
+#: Seconds to wait for the relay's greeting, channel start and each reply.
+DEFAULT_TIMEOUT = 30.0
+
+
+class ApexClient:
+    """Use `await ApexClient.connect(host, port)`; then `attach`, `send`, `receive`, `close`."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 timeout: float = DEFAULT_TIMEOUT) -> None:
+        self._reader, self._writer, self.timeout = reader, writer, timeout
+        self._conn = BeepConnection(Role.INITIATOR, profiles=[])
+        self._pending: dict[int, asyncio.Future[Operation]] = {}
+        self._events: asyncio.Queue[Event] = asyncio.Queue()
+        self._inbox: asyncio.Queue[Data | None] = asyncio.Queue()
+        self._channel = 0
+        self._trans_ids = iter(range(1, 2**31))
+        self._task = asyncio.create_task(self._read_loop())
+
+    @classmethod
+    async def connect(cls, host: str, port: int, timeout: float = DEFAULT_TIMEOUT) -> ApexClient:
+        """Open the transport, exchange greetings and start an APEX channel."""
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        client = cls(reader, writer, timeout)
+        client._conn.send_greeting()
+        client._flush()
+        await client._expect(GreetingReceived)
+        client._channel = client._conn.start_channel([APEX_PROFILE])
+        client._flush()
+        started = await client._expect(ChannelStarted, ChannelStartRefused)
+        if isinstance(started, ChannelStartRefused):
+            raise ApexpsError.for_code(started.code, started.text)
+        return client
+
+    async def _expect(self, *kinds: type[Event]) -> Event:
+        while True:
+            event = await asyncio.wait_for(self._events.get(), self.timeout)
+            if isinstance(event, kinds):
+                return event
+            if isinstance(event, SessionClosed | ProtocolViolation):
+                raise ServiceNotAvailable(f"the relay ended the session ({event})")
+
+    def _flush(self) -> None:
+        data = self._conn.data_to_send()
+        if data:
+            self._writer.write(data)
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                data = await self._reader.read(READ_SIZE)
+                for event in self._conn.receive_data(data):
+                    self._dispatch(event)
+                self._flush()
+                if not data:
+                    break
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            for future in self._pending.values():
+                if not future.done():
+                    future.set_exception(ServiceNotAvailable("connection to the relay lost"))
+            self._inbox.put_nowait(None)
+            self._events.put_nowait(SessionClosed(clean=False))
+
+    def _dispatch(self, event: Event) -> None:
+        if isinstance(event, ReplyReceived | ErrorReplyReceived):
+            future = self._pending.pop(event.msgno, None)
+            if future is not None and not future.done():
+                try:
+                    future.set_result(decode(event.content_type, event.body))
+                except ApexpsError as exc:
+                    future.set_exception(exc)
+        elif isinstance(event, MessageReceived):
+            self._incoming(event)
+        else:
+            self._events.put_nowait(event)
+
+    def _incoming(self, event: MessageReceived) -> None:
+        try:
+            operation = decode(event.content_type, event.body)
+        except ApexpsError as exc:
+            reply: Ok | Error = Error.from_exception(exc)
+        else:
+            reply = Ok()
+            if isinstance(operation, Data):
+                self._inbox.put_nowait(operation)
+            elif not isinstance(operation, Terminate):  # a terminate just ends an attachment
+                reply = Error(550, "applications accept only data and terminate")
+        content_type, body = encode(reply)
+        if isinstance(reply, Error):
+            self._conn.send_err(event.channel, event.msgno, body, content_type)
+        else:
+            self._conn.send_rpy(event.channel, event.msgno, body, content_type)
+
+    async def _request(self, operation: Operation) -> None:
+        content_type, body = encode(operation)
+        msgno = self._conn.send_msg(self._channel, body, content_type)
+        future: asyncio.Future[Operation] = asyncio.get_running_loop().create_future()
+        self._pending[msgno] = future
+        self._flush()
+        await self._writer.drain()
+        reply = await asyncio.wait_for(future, self.timeout)
+        if isinstance(reply, Error):
+            raise reply.exception()
+        if not isinstance(reply, Ok):
+            raise NotTaken(f"the relay answered with <{type(reply).__name__.lower()}>")
+
+    async def attach(self, endpoint: Endpoint | str) -> int:
+        """Attach as `endpoint`; return the transaction-identifier (for `terminate`)."""
+        trans_id = next(self._trans_ids)
+        target = Endpoint.parse(endpoint) if isinstance(endpoint, str) else endpoint
+        await self._request(Attach(target, trans_id))
+        return trans_id
+
+    async def terminate(self, trans_id: int = 0) -> None:
+        """Release one attachment (0: all of them)."""
+        await self._request(Terminate(trans_id))
+
+    async def send(self, originator: Endpoint | str, recipients: Iterable[Endpoint | str],
+                   content: bytes, content_type: str = "application/octet-stream") -> None:
+        """Send data; raise the `ApexpsError` of the relay's error reply, if any."""
+        def parse(e: Endpoint | str) -> Endpoint:
+            return Endpoint.parse(e) if isinstance(e, str) else e
+        await self._request(Data(parse(originator), tuple(parse(r) for r in recipients),
+                                 content, content_type))
+
+    async def receive(self) -> AsyncIterator[Data]:
+        """The data the relay delivers to us, until the connection ends."""
+        while True:
+            data = await self._inbox.get()
+            if data is None:
+                self._inbox.put_nowait(None)
+                return
+            yield data
+
+    async def close(self) -> None:
+        """Release the session (best effort) and close the transport."""
+        with contextlib.suppress(ApexpsError, ConnectionError, TimeoutError):
+            self._conn.close_session()
+            self._flush()
+            await asyncio.wait_for(self._expect(SessionClosed), self.timeout)
+        self._writer.close()
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+            await self._task
+            await self._writer.wait_closed()

@@ -1,0 +1,219 @@
+"""`ApexServer`: the asyncio shell around `BeepConnection` (LISTENER) and the `Relay` core.
+
+One task per TCP connection reads bytes into its `BeepConnection`, turns APEX MSGs into relay
+operations and writes what the connection queues. The relay's deliveries go out on whichever
+session holds the target channel. Every operation is logged once, with `peer` and `channel`
+bound through structlog's contextvars. Limits: reads of at most `READ_SIZE` octets (the BEEP
+decoder bounds what it keeps), a connection whose unsent output passes `max_outbound` is dropped
+(a reader that does not read must not make us buffer without end), and one that has not greeted
+within `greeting_timeout` seconds is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from dataclasses import dataclass, field
+
+import structlog
+
+from adapters.beep import (
+    BeepConfig,
+    BeepConnection,
+    ChannelStartRequested,
+    CloseRequested,
+    ErrorReplyReceived,
+    MessageReceived,
+    Profile,
+    ProtocolViolation,
+    Role,
+    SessionClosed,
+)
+from broker.errors import ApexpsError
+
+from ._codec import APEX_PROFILE, Error, Ok, decode, encode, encode_xml
+from ._relay import ChannelRef, Delivery, Relay
+
+__all__ = ["DEFAULT_GREETING_TIMEOUT", "DEFAULT_MAX_OUTBOUND", "READ_SIZE", "ApexServer"]
+
+log = structlog.get_logger(__name__)
+
+#: Seconds a new connection has to send its BEEP greeting before we hang up.
+DEFAULT_GREETING_TIMEOUT = 10.0
+#: Unsent octets one connection may pile up (two BEEP maximum messages) before it is dropped.
+DEFAULT_MAX_OUTBOUND = 8 * 1024 * 1024
+#: Octets asked of the socket per read.
+READ_SIZE = 64 * 1024
+
+
+@dataclass(slots=True)
+class _Session:
+    number: int
+    peer: str
+    conn: BeepConnection
+    writer: asyncio.StreamWriter
+    channels: set[int] = field(default_factory=set)
+
+
+class ApexServer:
+    """Serve `relay` over BEEP on `host:port` (port 0: any free port; see `.port`)."""
+
+    def __init__(self, relay: Relay, host: str = "127.0.0.1", port: int = 0, *,
+                 config: BeepConfig | None = None,
+                 greeting_timeout: float = DEFAULT_GREETING_TIMEOUT,
+                 max_outbound: int = DEFAULT_MAX_OUTBOUND) -> None:
+        self.relay, self.host, self.port = relay, host, port
+        self.config = config or BeepConfig()
+        self.greeting_timeout, self.max_outbound = greeting_timeout, max_outbound
+        self._sessions: dict[int, _Session] = {}
+        self._numbers = itertools.count(1)
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        log.info("apex server listening", host=self.host, port=self.port)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for session in list(self._sessions.values()):
+                session.writer.close()
+            await self._server.wait_closed()
+
+    async def __aenter__(self) -> ApexServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peername = writer.get_extra_info("peername")
+        session = _Session(next(self._numbers), f"{peername[0]}:{peername[1]}",
+                           BeepConnection(Role.LISTENER, self.config, [APEX_PROFILE]), writer)
+        self._sessions[session.number] = session
+        with structlog.contextvars.bound_contextvars(peer=session.peer):
+            log.info("connection opened")
+            try:
+                session.conn.send_greeting()
+                self._flush(session)
+                await self._read_loop(session, reader)
+            except (ConnectionError, TimeoutError) as exc:
+                log.info("connection lost", reason=type(exc).__name__)
+            finally:
+                for channel in session.channels:
+                    self.relay.channel_closed(ChannelRef(session.number, channel))
+                del self._sessions[session.number]
+                writer.close()
+                log.info("connection closed")
+
+    async def _read_loop(self, session: _Session, reader: asyncio.StreamReader) -> None:
+        while True:
+            if session.conn.peer_greeting is None:
+                data = await asyncio.wait_for(reader.read(READ_SIZE), self.greeting_timeout)
+            else:
+                data = await reader.read(READ_SIZE)
+            for event in session.conn.receive_data(data):
+                if isinstance(event, SessionClosed):
+                    self._flush(session)
+                    return
+                if isinstance(event, ProtocolViolation):
+                    log.warning("protocol violation", code=event.code, text=event.text,
+                                violation_channel=event.channel, terminate=event.terminate)
+                    if event.terminate:
+                        return
+                elif isinstance(event, ChannelStartRequested):
+                    self._start(session, event)
+                elif isinstance(event, MessageReceived):
+                    with structlog.contextvars.bound_contextvars(channel=event.channel):
+                        self._message(session, event)
+                elif isinstance(event, CloseRequested):
+                    self._close(session, event)
+                elif isinstance(event, ErrorReplyReceived):
+                    log.info("delivery refused", channel=event.channel,
+                             body=event.body[:200].decode("utf-8", "replace"))
+            await self._drain(session)
+            if not data:
+                return
+
+    def _start(self, session: _Session, event: ChannelStartRequested) -> None:
+        with structlog.contextvars.bound_contextvars(channel=event.channel):
+            offered = next(p for p in event.profiles if p.uri == APEX_PROFILE)
+            if not offered.content:
+                session.conn.accept_start(event.channel, APEX_PROFILE)
+                session.channels.add(event.channel)
+                log.info("apex channel started")
+                return
+            # Piggybacked attach/bind (RFC 3340 §4.2): the reply rides back in the profile.
+            ref = ChannelRef(session.number, event.channel)
+            try:
+                operation = decode("application/beep+xml", offered.content.encode("utf-8"))
+                outcome = self.relay.handle(ref, operation)
+                reply, deliveries = outcome.reply, outcome.deliveries
+            except ApexpsError as exc:
+                reply, deliveries = Error.from_exception(exc), ()
+            session.conn.accept_start(event.channel, Profile(APEX_PROFILE, encode_xml(reply)))
+            session.channels.add(event.channel)
+            log.info("apex channel started", piggyback=type(reply).__name__.lower())
+            self._deliver(deliveries)
+
+    def _message(self, session: _Session, event: MessageReceived) -> None:
+        ref = ChannelRef(session.number, event.channel)
+        try:
+            operation = decode(event.content_type, event.body)
+        except ApexpsError as exc:
+            log.info("apex message refused", code=int(exc.code), error=str(exc))
+            self._reply(session, event, Error.from_exception(exc))
+            return
+        outcome = self.relay.handle(ref, operation)
+        log.info("apex operation", operation=type(operation).__name__.lower(),
+                 reply=outcome.reply.code if isinstance(outcome.reply, Error) else 250,
+                 deliveries=len(outcome.deliveries))
+        self._reply(session, event, outcome.reply)
+        self._deliver(outcome.deliveries)
+
+    def _reply(self, session: _Session, event: MessageReceived, reply: Ok | Error) -> None:
+        content_type, body = encode(reply)
+        if isinstance(reply, Error):
+            session.conn.send_err(event.channel, event.msgno, body, content_type)
+        else:
+            session.conn.send_rpy(event.channel, event.msgno, body, content_type)
+
+    def _deliver(self, deliveries: tuple[Delivery, ...]) -> None:
+        for delivery in deliveries:
+            target = self._sessions.get(delivery.target.session)
+            if target is None or delivery.target.channel not in target.channels:
+                continue
+            content_type, body = encode(delivery.operation)
+            try:
+                target.conn.send_msg(delivery.target.channel, body, content_type)
+            except ApexpsError as exc:  # e.g. the session is closing
+                log.info("delivery dropped", error=str(exc))
+                continue
+            self._flush(target)
+
+    def _close(self, session: _Session, event: CloseRequested) -> None:
+        ref = ChannelRef(session.number, event.channel)
+        try:
+            session.conn.accept_close(event.channel)
+        except ApexpsError as exc:
+            session.conn.decline_close(event.channel, 550, str(exc))
+            return
+        if event.channel:
+            self.relay.channel_closed(ref)
+            session.channels.discard(event.channel)
+        log.info("close accepted", closed_channel=event.channel)
+
+    def _flush(self, session: _Session) -> None:
+        data = session.conn.data_to_send()
+        if data and not session.writer.is_closing():
+            session.writer.write(data)
+            if session.writer.transport.get_write_buffer_size() > self.max_outbound:
+                log.warning("peer does not read; dropping it")
+                session.writer.close()
+
+    async def _drain(self, session: _Session) -> None:
+        self._flush(session)
+        if not session.writer.is_closing():
+            await session.writer.drain()

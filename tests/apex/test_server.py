@@ -1,0 +1,113 @@
+"""ApexServer and ApexClient over real loopback TCP, including hostile peers."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from adapters.apex._relay import Relay
+from adapters.apex.client import ApexClient
+from adapters.apex.server import ApexServer
+from adapters.beep import (
+    BeepConnection,
+    ChannelStarted,
+    ErrorReplyReceived,
+    Event,
+    GreetingReceived,
+    Role,
+)
+from broker.errors import AccessDenied, NotTaken
+
+
+async def _exchange() -> tuple[bytes, str]:
+    async with ApexServer(Relay("example.com")) as server:
+        fred = await ApexClient.connect("127.0.0.1", server.port)
+        barney = await ApexClient.connect("127.0.0.1", server.port)
+        await fred.attach("fred@example.com")
+        await barney.attach("barney@example.com")
+        await fred.send("fred@example.com", ["barney@example.com"], b"\x00yabba dabba doo")
+        got = await asyncio.wait_for(anext(barney.receive()), 10)
+        with pytest.raises(NotTaken):
+            await fred.send("fred@example.com", ["wilma@example.com"], b"x")
+        with pytest.raises(AccessDenied):
+            await fred.send("barney@example.com", ["fred@example.com"], b"x")
+        await fred.close()
+        await barney.close()
+        return got.content, str(got.originator)
+
+
+def test_two_clients_exchange_data() -> None:
+    """fred's data reaches barney; error replies raise the matching ApexpsError."""
+    assert asyncio.run(_exchange()) == (b"\x00yabba dabba doo", "fred@example.com")
+
+
+async def _raw_session(port: int) -> tuple[BeepConnection, asyncio.StreamReader,
+                                           asyncio.StreamWriter, int]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    conn = BeepConnection(Role.INITIATOR)
+    conn.send_greeting()
+    await _until(conn, reader, writer, GreetingReceived)
+    channel = conn.start_channel(["http://iana.org/beep/APEX"])
+    await _until(conn, reader, writer, ChannelStarted)
+    return conn, reader, writer, channel
+
+
+async def _until(conn: BeepConnection, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter, kind: type[Event]) -> Event:
+    writer.write(conn.data_to_send())
+    while True:
+        data = await asyncio.wait_for(reader.read(65536), 10)
+        for event in conn.receive_data(data):
+            if isinstance(event, kind):
+                return event
+        writer.write(conn.data_to_send())
+        if not data:
+            raise AssertionError(f"connection ended before {kind.__name__}")
+
+
+HOSTILE = [
+    (b"<data content='cid:1@x'><originator identity='fred@example.com'>", 500),
+    (b"<?xml version='1.0'?><!DOCTYPE lolz [<!ENTITY lol 'lol'><!ENTITY lol2"
+     b" '&lol;&lol;&lol;'>]><ok>&lol2;</ok>", 500),
+    (b"<!DOCTYPE attach SYSTEM 'http://example.com/x.dtd'><ok />", 500),
+    (b"<attach endpoint='fred@example.com' />", 501),
+]
+
+
+async def _hostile() -> list[int]:
+    codes: list[int] = []
+    async with ApexServer(Relay("example.com")) as server:
+        conn, reader, writer, channel = await _raw_session(server.port)
+        for body, _ in HOSTILE:
+            conn.send_msg(channel, body, "application/beep+xml")
+            err = await _until(conn, reader, writer, ErrorReplyReceived)
+            assert isinstance(err, ErrorReplyReceived)
+            codes.append(int(err.body.split(b"code='")[1][:3]))
+        # A frame on a channel never started: RFC 3080 §2.2.1.1, the session is terminated.
+        writer.write(b"MSG 9 0 . 0 5\r\nhello\r\nEND\r\n")
+        assert await asyncio.wait_for(reader.read(), 10) == b""
+        writer.close()
+        # Never greeting: closed after the greeting timeout.
+        server.greeting_timeout = 0.2
+        idle_reader, idle_writer = await asyncio.open_connection("127.0.0.1", server.port)
+        assert (await asyncio.wait_for(idle_reader.read(), 10)).startswith(b"RPY 0 0")
+        idle_writer.close()
+        # And the server still serves everyone else.
+        assert await _exchange_on(server.port) == b"still here"
+    return codes
+
+
+async def _exchange_on(port: int) -> bytes:
+    fred = await ApexClient.connect("127.0.0.1", port)
+    await fred.attach("fred@example.com")
+    await fred.send("fred@example.com", ["fred@example.com"], b"still here")
+    got = await asyncio.wait_for(anext(fred.receive()), 10)
+    await fred.close()
+    return got.content
+
+
+def test_hostile_input_gets_rfc_replies_and_server_keeps_serving() -> None:
+    """Malformed XML/billion laughs/DOCTYPE get 500, invalid 501; bad frames end only that peer."""
+    assert asyncio.run(_hostile()) == [code for _, code in HOSTILE]
+
