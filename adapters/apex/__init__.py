@@ -7,6 +7,20 @@ sockets and `adapters.beep.BeepConnection`. Everything in `__all__` is public.
 
 from __future__ import annotations
 
+from ._codec import (
+    APEX_PROFILE,
+    Attach,
+    Bind,
+    Data,
+    Error,
+    Ok,
+    Operation,
+    Option,
+    TargetHop,
+    Terminate,
+    decode,
+    encode,
+)
 from ._endpoint import MAX_ENDPOINT_LENGTH, Endpoint
 from ._errors import (
     AttachmentOverridden,
@@ -15,13 +29,35 @@ from ._errors import (
     TransactionFailed,
     TransactionInProgress,
 )
+from ._relay import ChannelRef, Delivery, Outcome, Relay, ServiceHandler
+from .client import ApexClient
+from .server import ApexServer
 
 __all__ = [
+    "APEX_PROFILE",
     "MAX_ENDPOINT_LENGTH",
+    "ApexClient",
+    "ApexServer",
+    "Attach",
     "AttachmentOverridden",
+    "Bind",
+    "ChannelRef",
+    "Data",
+    "Delivery",
     "Endpoint",
+    "Error",
+    "Ok",
+    "Operation",
+    "Option",
     "OptionNotImplemented",
+    "Outcome",
     "ParameterSyntaxError",
+    "Relay",
+    "ServiceHandler",
+    "TargetHop",
+    "Terminate",
     "TransactionFailed",
     "TransactionInProgress",
+    "decode",
+    "encode",
 ]
