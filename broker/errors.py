@@ -175,7 +175,7 @@ class KafkaNotFound(ServiceNotAvailable):
 # --- 5xx: the request itself is wrong -------------------------------------------------------
 
 
-class SyntaxError_(ApexpsError):  # noqa: N801 - the builtin name is taken
+class SyntaxError_(ApexpsError):
     code = ReplyCode.SYNTAX_ERROR
     description = "general syntax error"
 

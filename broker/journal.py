@@ -50,7 +50,7 @@ from broker.kafka_io import (
 from broker.names import validate_topic
 from broker.records import JournalEntry, Publication, RecordKind, gap_record, now_ms
 
-__all__ = ["Appended", "Journal", "RecoveryReport", "SEQ_BUCKET"]
+__all__ = ["SEQ_BUCKET", "Appended", "Journal", "RecoveryReport"]
 
 log = structlog.get_logger(__name__)
 
@@ -139,8 +139,8 @@ class Journal:
             self._next[pub.source] = seq + 1
         return seq
 
-    def _produce(self, source: str, topic: str, seq: int, key: bytes, value: bytes, part: int,
-                 callback: AppendCallback | None) -> None:
+    def _produce(self, source: str, topic: str, seq: int, key: bytes,  # noqa: PLR0917
+                 value: bytes, part: int, callback: AppendCallback | None) -> None:
         def delivered(err: Exception | None, pos: Position | None) -> None:
             if err is not None or pos is None:
                 log.warning("journal append failed", source=source, seq=seq, error=str(err))
@@ -251,8 +251,8 @@ class Journal:
             if key.startswith("\x00partition\x00"):
                 markers[pos.partition] = pos.offset
             elif "\x00" in key:
-                src, bucket = key.rsplit("\x00", 1)
-                self._index.setdefault(src, {})[int(bucket)] = pos
+                src, bucket_text = key.rsplit("\x00", 1)
+                self._index.setdefault(src, {})[int(bucket_text)] = pos
             else:
                 st = self._durable.setdefault(key, _SourceState())
                 if cp["seq"] >= st.seq:

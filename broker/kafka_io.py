@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka import Producer as _RdProducer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from broker.errors import JournalUnavailable, KafkaNotFound
 
@@ -292,7 +292,7 @@ def _watermarks(c: Consumer, topic: str, partition: int) -> tuple[int, int]:
             return int(low), int(high)
         except KafkaException as exc:
             err = exc.args[0]
-            if not err.retriable() and err.code() not in _LEADER_MOVING \
+            if (not err.retriable() and err.code() not in _LEADER_MOVING) \
                     or time.monotonic() > deadline:
                 raise JournalUnavailable(f"kafka offsets of {topic}[{partition}]: {err}") from exc
             time.sleep(0.1)
@@ -356,7 +356,7 @@ def read_partition(
             for m in msgs:
                 if m.error() is not None:
                     raise JournalUnavailable(f"reading {topic}[{partition}]: {m.error()}")
-                off = m.offset()
+                off: int = m.offset() or 0  # None only for error events, handled above
                 if off >= stop:
                     return
                 yield StoredRecord(Position(partition, off), m.key(), m.value(), m.timestamp()[1])

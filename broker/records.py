@@ -93,7 +93,7 @@ class Publication:
             "publisher_seq": self.publisher_seq,
             "gap_to": None,
             "gap_reason": None,
-            "publish_type": PublishType(self.publish_type).value,
+            "publish_type": str(self.publish_type),  # the codec rejects unknown types
             "message_id": self.message_id,
             "revision_id": self.revision_id,
             "publication_date": self.publication_date,
@@ -184,7 +184,7 @@ class Topic:
         return self.name
 
     def to_avro(self) -> dict[str, Any]:
-        return {f: getattr(self, f) for f in self.__slots__}  # type: ignore[attr-defined]
+        return {f: getattr(self, f) for f in self.__slots__}
 
     @classmethod
     def from_avro(cls, rec: Mapping[str, Any]) -> Topic:
@@ -211,7 +211,7 @@ class Subscription:
         return f"{self.subscriber}\x00{self.subscription_id}"
 
     def to_avro(self) -> dict[str, Any]:
-        d = {f: getattr(self, f) for f in self.__slots__}  # type: ignore[attr-defined]
+        d = {f: getattr(self, f) for f in self.__slots__}
         d["state"] = SubscriptionState(self.state).value
         return d
 
@@ -236,7 +236,7 @@ class AccessEntry:
         return self.entry_id
 
     def to_avro(self) -> dict[str, Any]:
-        d = {f: getattr(self, f) for f in self.__slots__}  # type: ignore[attr-defined]
+        d = {f: getattr(self, f) for f in self.__slots__}
         d["tokens"] = list(self.tokens)
         d["effect"] = AccessEffect(self.effect).value
         return d

@@ -126,6 +126,12 @@ def answers(bootstrap: str, timeout_s: float = 5.0) -> bool:
     """True if a Kafka broker at `bootstrap` answers a metadata request."""
     from confluent_kafka.admin import AdminClient
 
+    # A plain TCP connect first: librdkafka would log every refused connection to stderr.
+    host, _, port = bootstrap.split(",", maxsplit=1)[0].rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError:
+        return False
     admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 3000})
     try:
         md = admin.list_topics(timeout=timeout_s)
@@ -191,7 +197,7 @@ class LocalKafka:
         props = self._write_config(port, cport)
         if not (self.data_dir / "kafka-logs" / "meta.properties").exists():
             self._format(jars, props, cluster_id)
-        cmd = self._java(jars) + ["kafka.Kafka", str(props)]
+        cmd = [*self._java(jars), "kafka.Kafka", str(props)]
         console = self.console_file.open("ab")
         # A session of its own: Ctrl-C in the terminal goes to apexps, which stops Kafka
         # in order (broker first, then Kafka), rather than killing both at once.
@@ -306,8 +312,9 @@ class LocalKafka:
         ]
 
     def _format(self, jars: list[Path], props: Path, cluster_id: str) -> None:
-        cmd = self._java(jars) + ["kafka.tools.StorageTool", "format", "-t", cluster_id,
-                                  "-c", str(props), "--ignore-formatted"]
+        # --cluster-id=ID, not -t ID: a base64url id may start with "-" and read as an option.
+        cmd = [*self._java(jars), "kafka.tools.StorageTool", "format",
+               f"--cluster-id={cluster_id}", "-c", str(props), "--ignore-formatted"]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
         if proc.returncode != 0:
             raise KafkaLaunchError(f"formatting Kafka storage failed: {proc.stderr or proc.stdout}")

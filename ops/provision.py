@@ -28,6 +28,19 @@ class ProvisionError(RuntimeError):
     """Maven is missing or could not resolve the jars; the message says what to do."""
 
 
+MAVEN_SETTINGS = Path(__file__).parent / "maven-settings.xml"
+
+
+def _settings_args() -> list[str]:
+    """$APEXPS_MAVEN_SETTINGS, else the user's own ~/.m2/settings.xml, else ours."""
+    given = os.environ.get("APEXPS_MAVEN_SETTINGS")
+    if given:
+        return ["-s", given]
+    if (Path.home() / ".m2" / "settings.xml").exists():
+        return []
+    return ["-s", str(MAVEN_SETTINGS)]
+
+
 def resolve_jars(pom: Path, name: str, cache_dir: Path | None = None) -> list[Path]:
     """Return the runtime classpath of `pom`, resolving it with Maven on first use."""
     digest = hashlib.sha256(pom.read_bytes()).hexdigest()[:16]
@@ -45,7 +58,7 @@ def resolve_jars(pom: Path, name: str, cache_dir: Path | None = None) -> list[Pa
         tmp.mkdir(parents=True)
         log.info("resolving jars from Maven Central (first run only)", what=name, into=str(target))
         cmd = [
-            mvn, "-B", "-q", "-f", str(pom), "dependency:copy-dependencies",
+            mvn, "-B", "-q", *_settings_args(), "-f", str(pom), "dependency:copy-dependencies",
             f"-DoutputDirectory={tmp / 'lib'}", "-DincludeScope=runtime",
         ]
         try:
@@ -53,7 +66,8 @@ def resolve_jars(pom: Path, name: str, cache_dir: Path | None = None) -> list[Pa
                 cmd, capture_output=True, text=True, timeout=MAVEN_TIMEOUT_S, check=False
             )
         except subprocess.TimeoutExpired as exc:
-            raise ProvisionError(f"mvn timed out after {MAVEN_TIMEOUT_S}s resolving {name}") from exc
+            raise ProvisionError(
+                f"mvn timed out after {MAVEN_TIMEOUT_S}s resolving {name}") from exc
         if proc.returncode != 0:
             tail = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
             raise ProvisionError(

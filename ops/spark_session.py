@@ -7,7 +7,9 @@ network once the cache is warm, and so the connector version is pinned next to p
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +35,9 @@ def kafka_connector_jars() -> list[Path]:
             f"pyspark {pyspark.__version__} is installed but the Kafka connector is {wanted}; "
             f"reinstall with `pip install pyspark=={wanted}` (see pyproject.toml)"
         )
-    return resolve_jars(SPARK_POM, f"spark-kafka-{wanted}")
+    # pyspark already ships Spark, Scala and Hadoop; add only what it lacks.
+    shipped = {p.name for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    return [j for j in resolve_jars(SPARK_POM, f"spark-kafka-{wanted}") if j.name not in shipped]
 
 
 def local_session(
@@ -46,6 +50,10 @@ def local_session(
     """Start (or reuse) a SparkSession; `master` may name a real cluster instead of local[2]."""
     from pyspark.sql import SparkSession
 
+    # Workers must run the driver's interpreter (the venv), not whatever `python3` is first on
+    # PATH, or they cannot import apexps; local mode reads this from the environment.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)

@@ -8,7 +8,6 @@ frames), `_window` (SEQ flow control), `_mime` (entity headers), `_management` (
 is public; the modules themselves are private.
 """
 
-# ruff: noqa: TID251 - pyproject's ban on `adapters` imports is meant for broker/ only.
 from __future__ import annotations
 
 from ._config import (

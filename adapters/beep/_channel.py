@@ -24,7 +24,6 @@ and the maximum frame size allow (RFC 3081 §3.1.2). FIFO keeps a message's fram
 the channel, as RFC 3080 §2.2.1.1 requires.
 """
 
-# ruff: noqa: TID251 - pyproject's ban on `adapters` imports is meant for broker/ only.
 from __future__ import annotations
 
 from collections import deque

@@ -24,7 +24,6 @@ Transport security and SASL are tuning profiles the APEX layer drives through `s
 `reset_after_tuning()`, which closes every channel and expects fresh greetings (RFC 3080 §3).
 """
 
-# ruff: noqa: TID251 - pyproject's ban on `adapters` imports is meant for broker/ only.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping

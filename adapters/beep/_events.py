@@ -5,7 +5,6 @@ Events describe what the *peer* did (or what happened to the session); the appli
 commands produce bytes, not events.
 """
 
-# ruff: noqa: TID251 - pyproject's ban on `adapters` imports is meant for broker/ only.
 from __future__ import annotations
 
 from dataclasses import dataclass

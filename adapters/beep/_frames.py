@@ -30,7 +30,6 @@ msgno rules) live in `_channel.py`; this module checks only what one frame says 
 including the NUL rule ("." and size zero).
 """
 
-# ruff: noqa: TID251 - pyproject's ban on `adapters` imports is meant for broker/ only.
 from __future__ import annotations
 
 import re

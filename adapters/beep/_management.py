@@ -22,7 +22,6 @@ Serialization reproduces the RFC's own layout byte for byte (single-quoted attri
 three-space indentation, CRLF line ends), so the examples in RFC 3080 are golden test data.
 """
 
-# ruff: noqa: TID251 - pyproject's ban on `adapters` imports is meant for broker/ only.
 from __future__ import annotations
 
 import re

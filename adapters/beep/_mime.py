@@ -11,7 +11,6 @@ Decoding is bounded (`MAX_HEADER_BLOCK_SIZE`) and strict about structure (header
 headers are kept for the profile to judge. Content-Transfer-Encoding is reported, not applied.
 """
 
-# ruff: noqa: TID251 - pyproject's ban on `adapters` imports is meant for broker/ only.
 from __future__ import annotations
 
 import re

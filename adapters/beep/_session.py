@@ -15,7 +15,6 @@ transport, RFC 3080 §3) takes the session back to AWAITING_GREETINGS from any l
 CLOSED (released) and TERMINATED (aborted, or a refused greeting) are terminal.
 """
 
-# ruff: noqa: TID251 - pyproject's ban on `adapters` imports is meant for broker/ only.
 from __future__ import annotations
 
 from enum import Enum

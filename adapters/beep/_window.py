@@ -25,7 +25,6 @@ session (RFC 3081 §3.1.3). A shrinking window (RFC 1122 §4.2.2.16 says a recei
 honoured, never trusted to be wider than it is.
 """
 
-# ruff: noqa: TID251 - pyproject's ban on `adapters` imports is meant for broker/ only.
 from __future__ import annotations
 
 from broker.errors import ReplyCode

@@ -263,6 +263,6 @@ def condition_column(
     cond: Cond, fields: str = "fields", max_bindings: int = DEFAULT_MAX_BINDINGS
 ) -> Column:
     """`condition_sql` as a pyspark Column (imports pyspark on first use)."""
-    from pyspark.sql import functions  # noqa: PLC0415 - lazy, see the module docstring
+    from pyspark.sql import functions
 
     return functions.expr(condition_sql(cond, fields, max_bindings))

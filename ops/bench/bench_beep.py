@@ -8,7 +8,6 @@ headers, cut to the 4096-octet window, answered by RPYs, with a SEQ after every 
 socket-sized chunks; the figure is payload-inclusive wire octets per second.
 """
 
-# ruff: noqa: TID251 - the benchmark imports the package it measures.
 from __future__ import annotations
 
 import argparse

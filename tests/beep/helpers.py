@@ -1,6 +1,5 @@
 """Test helpers: RFC transcripts to bytes, byte-at-a-time feeding, and a `ConnectionPair`."""
 
-# ruff: noqa: TID251 - tests import the package under test.
 from __future__ import annotations
 
 import re

@@ -1,6 +1,5 @@
 """The facade between two peers (ConnectionPair): exchanges, ordering, closing, local errors."""
 
-# ruff: noqa: TID251 - tests import the package under test.
 from __future__ import annotations
 
 import pytest

@@ -1,6 +1,5 @@
 """SEQ flow control (RFC 3081 §3.1): window arithmetic, fragmentation, window updates."""
 
-# ruff: noqa: TID251 - tests import the package under test.
 from __future__ import annotations
 
 import pytest

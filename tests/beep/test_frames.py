@@ -1,6 +1,5 @@
 """The frame codec: exact grammar, limits, byte-at-a-time decoding, and fuzzing."""
 
-# ruff: noqa: TID251 - tests import the package under test.
 from __future__ import annotations
 
 import pytest

@@ -1,6 +1,5 @@
 """Hypothesis against the facade: no input makes receive_data raise or hoard memory."""
 
-# ruff: noqa: TID251 - tests import the package under test.
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings

@@ -5,7 +5,6 @@ presuppose earlier traffic the RFC does not show, the test supplies that traffic
 of the size the seqno implies) and says so.
 """
 
-# ruff: noqa: TID251 - tests import the package under test.
 from __future__ import annotations
 
 import pytest

@@ -1,6 +1,5 @@
 """Every (state, input) pair of the session machine: the table's move or a clean refusal."""
 
-# ruff: noqa: TID251 - tests import the package under test.
 from __future__ import annotations
 
 import contextlib

@@ -1,6 +1,5 @@
 """Interop over a real loopback TCP connection: a 30-line asyncio shell around each side."""
 
-# ruff: noqa: TID251 - tests import the package under test.
 from __future__ import annotations
 
 import asyncio

@@ -1,6 +1,5 @@
 """What the peer must not do, and the RFC's response to each: terminate silently, or answer."""
 
-# ruff: noqa: TID251 - tests import the package under test.
 from __future__ import annotations
 
 import pytest

@@ -1,0 +1,46 @@
+"""The one exception hierarchy: codes, the registry, and its fallback."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.errors import (
+    AccessDenied,
+    ApexpsError,
+    InvalidParameter,
+    JournalUnavailable,
+    ReplyCode,
+    SelectorError,
+    UnknownReplyError,
+)
+
+
+def test_root_is_abstract() -> None:
+    """ApexpsError itself cannot be raised; only its leaves, which carry a code."""
+    with pytest.raises(TypeError):
+        ApexpsError("x")
+
+
+def test_for_code_maps_to_most_general_class() -> None:
+    """A reply code from a peer becomes the first class declared for it."""
+    assert type(ApexpsError.for_code(537, "no")) is AccessDenied
+    assert type(ApexpsError.for_code(553)) is InvalidParameter
+    assert str(ApexpsError.for_code(537, "no")) == "no"
+
+
+def test_for_code_falls_back_for_unknown_codes() -> None:
+    """An unregistered code yields UnknownReplyError carrying the received code."""
+    err = ApexpsError.for_code(599, "odd")
+    assert isinstance(err, UnknownReplyError) and err.received_code == 599
+
+
+def test_transient_codes_are_retriable() -> None:
+    """A 4xx error says the same request may succeed later; a 5xx does not."""
+    assert JournalUnavailable.retriable and JournalUnavailable.code.is_transient
+    assert not AccessDenied.retriable and not ReplyCode.NOT_AUTHORIZED.is_transient
+
+
+def test_selector_error_carries_position() -> None:
+    """Selector errors keep the position and reason a user needs to fix the text."""
+    err = SelectorError("unbalanced parenthesis", position=4)
+    assert err.position == 4 and err.reason == "unbalanced parenthesis" and "4" in str(err)
