@@ -21,7 +21,7 @@ import json
 import os
 import re
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from typing import Any
 import fastavro
 from fastavro.schema import to_parsing_canonical_form
 
+from broker._avro_writer import Fallback, Invalid, Unsupported, compile_writer
 from broker.errors import RecordSchemaError, UnknownSchemaFingerprint
 
 __all__ = ["AVRO_DIR", "Codec", "SchemaVersion", "crc64_avro", "default_codec"]
@@ -69,11 +70,14 @@ class SchemaVersion:
     version: int
     parsed: Any
     fingerprint: bytes  # 8 bytes, little-endian, as it stands in the header
+    #: the compiled writer (broker/_avro_writer.py), None where only fastavro can write it
+    fast: Callable[[Mapping[str, Any]], bytes] | None = None
 
 
 _FILE_RE = re.compile(r"^(?P<name>[a-z_]+)\.v(?P<version>\d+)\.avsc$")
 _DECODE_ERRORS = (ValueError, TypeError, KeyError, IndexError, EOFError, OverflowError,
                   UnicodeDecodeError, struct.error, StopIteration)
+_FAST_ERRORS = (Invalid, UnicodeEncodeError, OverflowError, struct.error)
 _ENCODE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, OverflowError)
 
 
@@ -91,7 +95,11 @@ class Codec:
             parsed = fastavro.parse_schema(raw, _force=True)
             canonical = to_parsing_canonical_form(raw)
             fp = struct.pack("<Q", crc64_avro(canonical.encode()))
-            sv = SchemaVersion(m["name"], int(m["version"]), parsed, fp)
+            try:
+                fast: Callable[[Mapping[str, Any]], bytes] | None = compile_writer(raw)
+            except Unsupported:
+                fast = None
+            sv = SchemaVersion(m["name"], int(m["version"]), parsed, fp, fast)
             self._by_fp[fp] = sv
             cur = self._latest.get(sv.name)
             if cur is None or sv.version > cur.version:
@@ -113,6 +121,13 @@ class Codec:
     def encode(self, name: str, record: Mapping[str, Any], *, version: int | None = None) -> bytes:
         """Single-object encode `record` with the newest (or the given) version of `name`."""
         sv = self.schema(name, version)
+        if sv.fast is not None:
+            try:
+                return MARKER + sv.fingerprint + sv.fast(record)
+            except Fallback:
+                pass
+            except _FAST_ERRORS as exc:
+                raise RecordSchemaError(f"{name} record does not match its schema: {exc}") from exc
         buf = io.BytesIO()
         buf.write(MARKER)
         buf.write(sv.fingerprint)

@@ -63,6 +63,9 @@ CHECKPOINT_EVERY = 1000
 #: An APEX endpoint is far shorter; anything longer is hostile input.
 MAX_SOURCE_LEN = 1024
 
+#: Bound on the per-process caches of validated topic names and source partitions.
+_CACHE_LIMIT = 100_000
+
 SCHEMA = "journal_record"
 CHECKPOINT_SCHEMA = "source_checkpoint"
 
@@ -114,12 +117,19 @@ class Journal:
         self._since_flush = 0
         self._last_flush = time.monotonic()
         self._partitions = 0
+        self._partition_of: dict[str, int] = {}
+        self._valid_topics: set[str] = set()
         producer.add_after_poll(self._maybe_flush)
 
     # --- appends --------------------------------------------------------------------------
 
     def partition_for(self, source: str) -> int:
-        return zlib.crc32(source.encode()) % self._partitions
+        part = self._partition_of.get(source)
+        if part is None:
+            part = zlib.crc32(source.encode()) % self._partitions
+            if len(self._partition_of) < _CACHE_LIMIT:
+                self._partition_of[source] = part
+        return part
 
     def append(self, pub: Publication, callback: AppendCallback) -> int:
         """Queue `pub`; returns its source seq. `callback` runs once it is durable or failed.
@@ -127,7 +137,10 @@ class Journal:
         Invalid input raises before anything is assigned or written."""
         if not self._partitions:
             raise JournalUnavailable("the journal has not been recovered yet")
-        validate_topic(pub.topic)
+        if pub.topic not in self._valid_topics:
+            validate_topic(pub.topic)
+            if len(self._valid_topics) < _CACHE_LIMIT:
+                self._valid_topics.add(pub.topic)
         if not pub.source or len(pub.source) > MAX_SOURCE_LEN or "\x00" in pub.source:
             raise InvalidParameter("the source endpoint is empty, too long or contains NUL")
         key = pub.source.encode()

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -56,7 +57,7 @@ class AccessEffect(StrEnum):
 
 
 def now_ms() -> int:
-    return int(datetime.now(UTC).timestamp() * 1000)
+    return time.time_ns() // 1_000_000
 
 
 def to_ms(value: datetime | int | None) -> int | None:
