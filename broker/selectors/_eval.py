@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
@@ -172,18 +173,29 @@ def _boolean(value: Value, names: tuple[str, ...]) -> _Getter:
 
 
 _ORDER: dict[CmpOp, Callable[[Any, Any], bool]] = {
-    CmpOp.EQ: lambda a, b: a == b,
-    CmpOp.NE: lambda a, b: a != b,
-    CmpOp.LT: lambda a, b: a < b,
-    CmpOp.LE: lambda a, b: a <= b,
-    CmpOp.GT: lambda a, b: a > b,
-    CmpOp.GE: lambda a, b: a >= b,
+    CmpOp.EQ: operator.eq, CmpOp.NE: operator.ne, CmpOp.LT: operator.lt,
+    CmpOp.LE: operator.le, CmpOp.GT: operator.gt, CmpOp.GE: operator.ge,
 }
+_MIRROR = {CmpOp.EQ: CmpOp.EQ, CmpOp.NE: CmpOp.NE, CmpOp.LT: CmpOp.GT, CmpOp.LE: CmpOp.GE,
+           CmpOp.GT: CmpOp.LT, CmpOp.GE: CmpOp.LE}
 
 
 def _compare(pred: Compare, names: tuple[str, ...]) -> _Getter:
     test = _ORDER[pred.op]
     mode = pred.mode
+    if mode is Mode.NUMBER and len(names) == 1:
+        # The hot shape, `price > 5` or `5 < price`: one closure instead of four.
+        field, const, op = pred.left, pred.right, pred.op
+        if isinstance(field, NumLit):
+            field, const, op = const, field, _MIRROR[op]
+        if isinstance(field, Field) and isinstance(const, NumLit):
+            fast_test, c = _ORDER[op], const.value
+
+            def field_vs_number(v: str) -> bool | None:
+                n = to_number(v)
+                return None if n is None else fast_test(n, c)
+
+            return field_vs_number
     if mode is Mode.NUMBER:
         left, right = _numeric(pred.left, names), _numeric(pred.right, names)
 

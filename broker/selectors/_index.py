@@ -20,6 +20,10 @@ conjuncts compiled on their own (none at all for a bare `symbol = 'XMPL'`); pres
 candidates are evaluated in full. So the cost per message is the number of candidates, not of
 subscriptions: with most selectors keyed on a field of many values it grows with
 subscriptions / distinct keys, which is what "sublinear" means here.
+
+Subscriptions whose compiled conditions are equal (the trees are hashable) share one group,
+filed and evaluated once per message however many subscribers hold it: popular selectors are
+common, and this makes their cost independent of their popularity.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ._ast import (
     And,
@@ -69,12 +73,16 @@ class _Keys:
     keys: tuple[str | float, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    selector: Selector
-    residual: _Residual
-    keys: _Keys | None
-    presence: str | None
+class _Group:
+    """All subscriptions sharing one condition: it is filed, and evaluated, once."""
+
+    __slots__ = ("condition", "evaluate", "keys", "presence", "residual", "subscribers")
+
+    def __init__(self, selector: Selector) -> None:
+        self.condition = selector.condition
+        self.evaluate = selector.evaluate
+        self.keys, self.presence, self.residual = _plan(selector)
+        self.subscribers: set[Any] = set()
 
 
 def _keys_of(cond: Cond) -> _Keys | None:
@@ -100,7 +108,8 @@ def _keys_of(cond: Cond) -> _Keys | None:
     return None
 
 
-def _plan(selector: Selector) -> _Entry:
+def _plan(selector: Selector) -> tuple[_Keys | None, str | None, _Residual]:
+    """(keys to file under, or an identifier to file under, and what to evaluate on a hit)."""
     cond = selector.condition
     conjuncts = list(cond.operands) if isinstance(cond, And) else [cond]
     keyed = [(i, k) for i, c in enumerate(conjuncts) if (k := _keys_of(c)) is not None]
@@ -109,15 +118,15 @@ def _plan(selector: Selector) -> _Entry:
         rest = conjuncts[:i] + conjuncts[i + 1 :]
         residual = None if not rest else compile_condition(
             rest[0] if len(rest) == 1 else And(tuple(rest)))
-        return _Entry(selector, residual, keys, None)
+        return keys, None, residual
     for c in conjuncts:
         if isinstance(c, Atom) and c.fields:
-            return _Entry(selector, selector.evaluate, None, c.fields[0])
+            return None, c.fields[0], selector.evaluate
         if isinstance(c, IsNull) and c.negated:
-            return _Entry(selector, selector.evaluate, None, c.name)
+            return None, c.name, selector.evaluate
     if isinstance(cond, Const) and cond.value is True:
-        return _Entry(selector, None, None, None)
-    return _Entry(selector, selector.evaluate, None, None)
+        return None, None, None
+    return None, None, selector.evaluate
 
 
 class SubscriptionIndex(Generic[K]):
@@ -128,59 +137,66 @@ class SubscriptionIndex(Generic[K]):
     """
 
     def __init__(self) -> None:
-        self._entries: dict[K, _Entry] = {}
-        self._tables: dict[_Table, dict[str, dict[str | float, set[K]]]] = {
+        self._by_key: dict[K, _Group] = {}
+        self._groups: dict[Cond, _Group] = {}
+        self._tables: dict[_Table, dict[str, dict[str | float, set[_Group]]]] = {
             t: {} for t in _Table
         }
-        self._presence: dict[str, set[K]] = {}
-        self._fallback: set[K] = set()
+        self._presence: dict[str, set[_Group]] = {}
+        self._fallback: set[_Group] = set()
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._by_key)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._entries
+        return key in self._by_key
 
     def add(self, key: K, selector: Selector) -> None:
         """File `selector` under `key`, replacing any selector already filed under it."""
-        if key in self._entries:
+        if key in self._by_key:
             self.remove(key)
-        entry = _plan(selector)
-        self._entries[key] = entry
-        if entry.keys is not None:
-            by_value = self._tables[entry.keys.table].setdefault(entry.keys.name, {})
-            for value in entry.keys.keys:
-                by_value.setdefault(value, set()).add(key)
-        elif entry.presence is not None:
-            self._presence.setdefault(entry.presence, set()).add(key)
-        else:
-            self._fallback.add(key)
+        group = self._groups.get(selector.condition)
+        if group is None:
+            group = self._groups[selector.condition] = _Group(selector)
+            self._file(group, add=True)
+        group.subscribers.add(key)
+        self._by_key[key] = group
 
     def remove(self, key: K) -> None:
         """Forget `key`; KeyError if it is not filed."""
-        entry = self._entries.pop(key)
-        if entry.keys is not None:
-            by_value = self._tables[entry.keys.table][entry.keys.name]
-            for value in entry.keys.keys:
-                bucket = by_value[value]
-                bucket.discard(key)
-                if not bucket:
-                    del by_value[value]
-            if not by_value:
-                del self._tables[entry.keys.table][entry.keys.name]
-        elif entry.presence is not None:
-            bucket = self._presence[entry.presence]
-            bucket.discard(key)
-            if not bucket:
-                del self._presence[entry.presence]
+        group = self._by_key.pop(key)
+        group.subscribers.discard(key)
+        if not group.subscribers:
+            del self._groups[group.condition]
+            self._file(group, add=False)
+
+    def _file(self, group: _Group, add: bool) -> None:
+        buckets: list[tuple[dict[Any, set[_Group]], Any]] = []
+        if group.keys is not None:
+            by_value = self._tables[group.keys.table].setdefault(group.keys.name, {})
+            buckets = [(by_value, value) for value in group.keys.keys]
+        elif group.presence is not None:
+            buckets = [(self._presence, group.presence)]
+        elif add:
+            self._fallback.add(group)
         else:
-            self._fallback.discard(key)
+            self._fallback.discard(group)
+        for table, slot in buckets:
+            if add:
+                table.setdefault(slot, set()).add(group)
+            else:
+                table[slot].discard(group)
+                if not table[slot]:
+                    del table[slot]
+        if group.keys is not None and not add:
+            tables = self._tables[group.keys.table]
+            if not tables[group.keys.name]:
+                del tables[group.keys.name]
 
     def match(self, fields: _Fields) -> set[K]:
         """Every key whose selector matches a message's stored fields."""
-        entries = self._entries
         matched: set[K] = set()
-        candidates: set[K] = set()
+        candidates: set[_Group] = set()
         for table, by_name in self._tables.items():
             for name, by_value in self._iter_present(by_name, fields):
                 for value in fields[name]:
@@ -194,18 +210,13 @@ class SubscriptionIndex(Generic[K]):
                     bucket = by_value.get(key_value) if key_value is not None else None
                     if bucket:
                         candidates.update(bucket)
-        for key in candidates:
-            residual = entries[key].residual
+        for _, groups in self._iter_present(self._presence, fields):
+            candidates.update(groups)
+        candidates.update(self._fallback)
+        for group in candidates:
+            residual = group.residual
             if residual is None or residual(fields) is True:
-                matched.add(key)
-        for _, keys in self._iter_present(self._presence, fields):
-            for key in keys:
-                if entries[key].selector.evaluate(fields) is True:
-                    matched.add(key)
-        for key in self._fallback:
-            residual = entries[key].residual
-            if residual is None or residual(fields) is True:
-                matched.add(key)
+                matched.update(group.subscribers)
         return matched
 
     @staticmethod
