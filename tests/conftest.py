@@ -6,8 +6,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import structlog
 
 pytest_plugins = ["tests.kafka_fixture"]
+
+
+@pytest.fixture(autouse=True)
+def _reset_structlog() -> Iterator[None]:
+    """Tests that run the CLI configure structlog; put the defaults back after each."""
+    yield
+    structlog.reset_defaults()
 
 
 @pytest.fixture(scope="session", name="spark")

@@ -8,6 +8,17 @@ import sys
 import structlog
 
 
+class _Stderr:
+    """sys.stderr as it is at each write, not as it was at configure time (tests and daemons
+    swap it; a logger holding the old one would write to a closed file)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure(level: str = "info", *, json: bool | None = None) -> None:
     """Configure structlog once, at the entry point; modules use `structlog.get_logger()`."""
     if json is None:
@@ -29,6 +40,6 @@ def configure(level: str = "info", *, json: bool | None = None) -> None:
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )
