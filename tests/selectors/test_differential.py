@@ -24,7 +24,8 @@ FIXED = [
     ("JMS", "NOT (price / 0 = 1)"), ("JMS", "price > 1e308"), ("JMS", "-price < 0"),
     ("JMS", "a = b"), ("JMS", "a < b"), ("JMS", "a IS NULL OR b IS NOT NULL"),
     ("JMS", "flag = TRUE"), ("JMS", "flag"), ("JMS", "NOT flag"), ("JMS", "7 / 2 = 3.5"),
-    ("RFC-2254", "(a=*A*A*A*A*b)"), ("RFC-2254", "(sym~=X Y)"), ("RFC-2254", r"(sym=\f0\9f\98\80*)"),
+    ("RFC-2254", "(a=*A*A*A*A*b)"), ("RFC-2254", "(sym~=X Y)"),
+    ("RFC-2254", r"(sym=\f0\9f\98\80*)"),
     ("RFC-2254", "(price>=1e300)"), ("RFC-2254", "(b<=ABD)"), ("RFC-2254", "(!(missing=*))"),
 ]
 
