@@ -10,6 +10,7 @@ BENCHES = {
     "journal": ("ops.bench.bench_journal", "journal appends vs raw confluent-kafka produce"),
     "selectors": ("ops.bench.bench_selectors", "selector evaluation, index and Spark matching"),
     "beep": ("ops.bench.bench_beep", "BEEP frame parser throughput"),
+    "apex": ("ops.bench.bench_apex", "APEX data->ok round trips through a live ApexServer"),
 }
 
 

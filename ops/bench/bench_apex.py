@@ -1,0 +1,174 @@
+"""APEX data round trips (send `data`, await its `ok`) through a real `ApexServer` over loopback.
+
+Run: `.venv/bin/python -m ops.bench.bench_apex [--seconds 10] [--mode sink|echo]`.
+
+Set-up, so that client and server never share one GIL:
+
+* the server runs in its own process (`--serve`): an `ApexServer` over a `Relay` of domain
+  `bench.example`, logging at `--server-log-level` (default warning: the per-operation info line
+  is measured separately with `--server-log-level info`);
+* the load comes from client processes (`--client`), each an asyncio loop holding several
+  `ApexClient` connections (one BEEP session and APEX channel each), each connection doing one
+  data at a time: send, await ok, record the latency, repeat. 1 client = 1 process x 1 connection;
+  16 clients = 2 processes x 8 connections (both cores of the bench machine).
+
+Modes: `sink` (default) addresses each data to the well-known endpoint `apex=sink@bench.example`,
+a service that swallows it: the figure is the relay's full receive/decode/route/reply path.
+`echo` addresses each data to the sender itself, so the relay also delivers it (a MSG the client
+answers with ok) before the next one: twice the BEEP traffic per operation.
+
+The client processes start at one agreed instant, run `--seconds`, and report their operation
+count and every latency; the table gives the summed rate, p50/p99 of data->ok and the target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+#: The figure the broker has to reach: small data operations per second, 16 clients.
+TARGET_16 = 20_000
+DOMAIN = "bench.example"
+SINK = f"apex=sink@{DOMAIN}"
+PAYLOAD = b"x" * 100
+
+
+def _serve(args: argparse.Namespace) -> None:
+    from adapters.apex import Data, Endpoint, Relay
+    from adapters.apex.server import ApexServer
+    from adapters.cli import logs
+
+    logs.configure(args.server_log_level, json=True)
+
+    class Sink:
+        def on_data(self, data: Data, recipient: Endpoint) -> Iterable[Data]:
+            return ()
+
+    async def run() -> None:
+        relay = Relay(DOMAIN)
+        relay.register_service("apex=sink", Sink())
+        async with ApexServer(relay, "127.0.0.1", 0) as server:
+            print(server.port, flush=True)
+            await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+
+    if args.profile:
+        import cProfile
+        import pstats
+
+        with cProfile.Profile() as prof:
+            asyncio.run(run())
+        pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+    else:
+        asyncio.run(run())
+
+
+async def _one_connection(port: int, name: str, echo: bool, start_at: float,
+                          stop_at: float) -> list[float]:
+    from adapters.apex.client import ApexClient
+
+    client = await ApexClient.connect("127.0.0.1", port)
+    me = f"{name}@{DOMAIN}"
+    await client.attach(me)
+    to = [me if echo else SINK]
+    drain = asyncio.create_task(_drain(client)) if echo else None
+    await asyncio.sleep(max(0.0, start_at - time.time()))
+    latencies: list[float] = []
+    clock = time.perf_counter
+    while time.time() < stop_at:
+        began = clock()
+        await client.send(me, to, PAYLOAD)
+        latencies.append(clock() - began)
+    await client.close()
+    if drain is not None:
+        drain.cancel()
+    return latencies
+
+
+async def _drain(client: object) -> None:
+    async for _ in client.receive():  # type: ignore[attr-defined]
+        pass
+
+
+def _client(args: argparse.Namespace) -> None:
+    async def run() -> list[list[float]]:
+        return await asyncio.gather(*(
+            _one_connection(args.port, f"c{os.getpid()}-{i}", args.mode == "echo",
+                            args.start_at, args.start_at + args.seconds)
+            for i in range(args.connections)))
+
+    per_connection = asyncio.run(run())
+    json.dump([x for lat in per_connection for x in lat], sys.stdout)
+
+
+def _case(port: int, processes: int, connections: int, seconds: float,
+          mode: str) -> tuple[float, float, float]:
+    start_at = time.time() + 1.5 + 0.2 * connections  # time to connect and attach
+    cmd = [sys.executable, "-m", "ops.bench.bench_apex", "--client", "--port", str(port),
+           "--connections", str(connections), "--seconds", str(seconds),
+           "--start-at", repr(start_at), "--mode", mode]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE) for _ in range(processes)]
+    latencies: list[float] = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=seconds + 120)
+        if proc.returncode:
+            raise SystemExit(f"client process failed with {proc.returncode}")
+        latencies += json.loads(out)
+    cuts = statistics.quantiles(latencies, n=100)
+    return len(latencies) / seconds, cuts[49] * 1e3, cuts[98] * 1e3
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--seconds", type=float, default=10.0, help="per case")
+    parser.add_argument("--mode", choices=["sink", "echo"], default="sink")
+    parser.add_argument("--server-log-level", default="warning")
+    parser.add_argument("--profile", action="store_true",
+                        help="cProfile the server; its top functions go to stderr at the end")
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--connections", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--start-at", type=float, default=0.0, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve:
+        _serve(args)
+        return 0
+    if args.client:
+        _client(args)
+        return 0
+
+    server_cmd = [sys.executable, "-m", "ops.bench.bench_apex", "--serve",
+                  "--server-log-level", args.server_log_level]
+    if args.profile:
+        server_cmd.append("--profile")
+    server = subprocess.Popen(server_cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              cwd=Path(__file__).resolve().parents[2])
+    assert server.stdout is not None and server.stdin is not None
+    port = int(server.stdout.readline())
+    cases = [("1 client", 1, 1, None), ("16 clients (2 procs x 8)", 2, 8, TARGET_16)]
+    print(f"APEX data->ok round trips, mode={args.mode}, {len(PAYLOAD)}-octet payload,"
+          f" {args.seconds:g} s per case, server log level {args.server_log_level},"
+          f" {os.cpu_count()} CPUs")
+    print(f"{'case':<26} {'ops/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'target ops/s':>13}  ok?")
+    try:
+        for label, processes, connections, target in cases:
+            rate, p50, p99 = _case(port, processes, connections, args.seconds, args.mode)
+            verdict = "" if target is None else ("yes" if rate >= target else "NO")
+            print(f"{label:<26} {rate:>10,.0f} {p50:>8.3f} {p99:>8.3f}"
+                  f" {'' if target is None else f'>= {target:,}':>13}  {verdict}", flush=True)
+    finally:
+        server.stdin.close()
+        server.wait(timeout=60)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
