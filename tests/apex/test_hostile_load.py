@@ -1,0 +1,210 @@
+"""Hostile load on a real ApexServer process: thousands of silent connections, one huge message.
+
+The server runs in a subprocess so that its memory (VmHWM, the peak resident set, read from
+/proc/<pid>/status) is its own and not the test's thousands of client sockets. Nothing sleeps:
+each test awaits the end-of-file that the server's close produces.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from adapters.apex.client import ApexClient
+from adapters.beep import (
+    DEFAULT_MAX_MESSAGE_SIZE,
+    BeepConnection,
+    ChannelStarted,
+    FrameDecoder,
+    GreetingReceived,
+    Role,
+    SeqFrame,
+)
+
+#: The server's peak resident set may not pass this, whatever the peers do.
+RSS_BOUND_KB = 300 * 1024
+#: Silent connections wanted (fewer if the hard fd limit does not allow them).
+IDLE_WANTED = 10_000
+GREETING_TIMEOUT = 1.0
+
+_SERVER = """
+import asyncio, sys
+from adapters.apex import Relay
+from adapters.apex.server import ApexServer
+from adapters.cli import logs
+
+logs.configure("warning", json=True)
+
+async def main() -> None:
+    async with ApexServer(Relay("example.com"), greeting_timeout=float(sys.argv[1])) as server:
+        print(server.port, flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+
+asyncio.run(main())
+"""
+
+
+def _raise_fd_limit() -> int:
+    """Raise the soft fd limit to the hard one; return how many idle peers fit (both ends
+    of each connection live on this machine: the test's socket here, the server's there)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = max(soft, IDLE_WANTED + 1000)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return min(IDLE_WANTED, hard - 200)
+
+
+def _peak_rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmHWM in /proc status")
+
+
+@pytest.fixture(name="server")
+def _server() -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """An ApexServer process (greeting timeout 1 s); the fd limit is raised first so that the
+    child inherits it."""
+    _raise_fd_limit()
+    proc = subprocess.Popen([sys.executable, "-c", _SERVER, str(GREETING_TIMEOUT)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            cwd=Path(__file__).resolve().parents[2])
+    assert proc.stdout is not None and proc.stdin is not None
+    port = int(proc.stdout.readline())
+    yield proc, port
+    proc.stdin.close()
+    try:
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
+
+
+async def _silent_peer(port: int, gate: asyncio.Semaphore) -> float:
+    """Connect, never greet, read until the server hangs up; return how long that took."""
+    # The gate bounds concurrent connects (under the listen backlog of 100: a full accept queue
+    # drops handshakes, and their retries take seconds), not the connections held open.
+    async with gate:
+        opened = time.monotonic()  # before the server's accept, so never after its timer starts
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        received = await asyncio.wait_for(reader.read(), 60)  # reads to end-of-file
+    finally:
+        writer.close()
+    assert received.startswith(b"RPY 0 0 . 0 ")  # the server's greeting, then nothing
+    return time.monotonic() - opened
+
+
+async def _exchange(port: int) -> bytes:
+    fred = await ApexClient.connect("127.0.0.1", port, timeout=20)
+    await fred.attach("fred@example.com")
+    await fred.send("fred@example.com", ["fred@example.com"], b"still serving")
+    got = await asyncio.wait_for(anext(fred.receive()), 20)
+    await fred.close()
+    return got.content
+
+
+async def _idle_flood(port: int, count: int) -> tuple[list[float], bytes]:
+    gate = asyncio.Semaphore(64)
+    peers = [asyncio.create_task(_silent_peer(port, gate)) for _ in range(count)]
+    # While the flood is under way, an honest client still gets served.
+    served = await _exchange(port)
+    return await asyncio.gather(*peers), served
+
+
+@pytest.mark.slow
+def test_silent_connections_are_closed_by_the_greeting_timeout(
+        server: tuple[subprocess.Popen[bytes], int]) -> None:
+    """10,000 connections (or as many as the hard fd limit allows) that never greet are each
+    closed after the 1 s greeting timeout; an honest client is served meanwhile; the server's
+    peak RSS stays under 300 MB."""
+    proc, port = server
+    count = _raise_fd_limit()
+    lifetimes, served = asyncio.run(_idle_flood(port, count))
+    assert served == b"still serving"
+    assert len(lifetimes) == count >= 1000
+    # Closed by the timeout: not before it, and not long after it.
+    assert min(lifetimes) >= GREETING_TIMEOUT
+    assert max(lifetimes) < GREETING_TIMEOUT + 30
+    assert _peak_rss_kb(proc.pid) < RSS_BOUND_KB
+
+
+async def _huge_message(port: int) -> int:
+    """Start an APEX channel, then send one MSG of frames declaring 100 MB in all, obeying the
+    server's flow control; return the octets of it sent before the server hung up."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    conn = BeepConnection(Role.INITIATOR)
+    conn.send_greeting()
+    writer.write(conn.data_to_send())
+    channel = 0
+    while not channel:
+        data = await asyncio.wait_for(reader.read(65536), 20)
+        assert data, "server hung up during the handshake"
+        for event in conn.receive_data(data):
+            if isinstance(event, GreetingReceived):
+                conn.start_channel(["http://iana.org/beep/APEX"])
+            elif isinstance(event, ChannelStarted):
+                channel = event.channel
+        writer.write(conn.data_to_send())
+    # From here on we write raw frames: MSG 1 on `channel`, "*" (more to come), 100 MB in all.
+    declared, chunk = 100 * 1024 * 1024, b"x" * 4096
+    decoder, seqno, limit, sent = FrameDecoder(), 0, 4096, 0
+    try:
+        while sent < declared:
+            room = min(limit - seqno, len(chunk))
+            if room > 0:
+                more = "*" if sent + room < declared else "."
+                writer.write(f"MSG {channel} 1 {more} {seqno} {room}\r\n".encode()
+                             + chunk[:room] + b"END\r\n")
+                seqno += room
+                sent += room
+                continue
+            await writer.drain()
+            data = await asyncio.wait_for(reader.read(65536), 20)
+            if not data:
+                break  # the server hung up: what we want
+            decoder.feed(data)
+            while (frame := decoder.next_frame()) is not None:
+                if isinstance(frame, SeqFrame) and frame.channel == channel:
+                    limit = frame.ackno + frame.window
+    except ConnectionError:
+        pass  # reset while we were writing: also a hang-up
+    finally:
+        writer.close()
+    return sent
+
+
+async def _oversized_frame(port: int) -> bytes:
+    """A frame header declaring 100 MB in one frame: refused before any payload is read."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    conn = BeepConnection(Role.INITIATOR)
+    conn.send_greeting()
+    writer.write(conn.data_to_send() + b"MSG 0 1 . 0 104857600\r\n" + b"x" * 65536)
+    try:
+        return await asyncio.wait_for(reader.read(), 20)  # to end-of-file
+    finally:
+        writer.close()
+
+
+@pytest.mark.slow
+def test_a_100_megabyte_message_is_cut_off_at_the_message_limit(
+        server: tuple[subprocess.Popen[bytes], int]) -> None:
+    """Frames summing to 100 MB: the server hangs up once the message passes its 4 MB limit,
+    without buffering the rest; a single frame declaring 100 MB is refused at its header; the
+    server keeps serving and its peak RSS stays bounded."""
+    proc, port = server
+    sent = asyncio.run(_huge_message(port))
+    # It took at most the limit plus what flow control let us have in flight.
+    assert sent <= DEFAULT_MAX_MESSAGE_SIZE + 2 * 4096
+    assert sent >= DEFAULT_MAX_MESSAGE_SIZE // 2
+    assert asyncio.run(_oversized_frame(port)).startswith(b"RPY 0 0 . 0 ")
+    assert asyncio.run(_exchange(port)) == b"still serving"
+    assert _peak_rss_kb(proc.pid) < 100 * 1024
