@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
 import time
 
 from adapters.beep._frames import Frame, FrameDecoder, FrameType, SeqFrame, encode_frame, encode_seq
@@ -63,12 +64,12 @@ def parse(stream: bytes, chunk: int) -> tuple[int, int]:
     return frames, seqs
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--megabytes", type=float, default=50.0)
     parser.add_argument("--chunk", type=int, default=65536, help="octets per feed() call")
     parser.add_argument("--repeat", type=int, default=3, help="best of N runs")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     stream = record_stream(args.megabytes)
     best = float("inf")
     counts = (0, 0)
@@ -81,7 +82,8 @@ def main() -> None:
           f" fed in {args.chunk}-octet chunks")
     print(f"FrameDecoder: {mb / best:.1f} MiB/s ({counts[0] / best:,.0f} frames/s),"
           f" best of {args.repeat}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
