@@ -25,6 +25,7 @@ from typing import ClassVar
 __all__ = [
     "AccessDenied",
     "ApexpsError",
+    "AttachmentOverridden",
     "ConfigError",
     "IncorrectSelector",
     "InvalidMessage",
@@ -33,11 +34,15 @@ __all__ = [
     "JournalUnavailable",
     "KafkaNotFound",
     "NotTaken",
+    "OptionNotImplemented",
+    "ParameterSyntaxError",
     "RecordSchemaError",
     "ReplyCode",
     "SelectorError",
     "ServiceNotAvailable",
     "SyntaxError_",
+    "TransactionFailed",
+    "TransactionInProgress",
     "UnknownReplyError",
     "UnknownSchemaFingerprint",
     "UnknownSubscription",
@@ -189,10 +194,16 @@ class InvalidTopicName(InvalidParameter):
     description = "not an acceptable topic name"
 
 
-class RecordSchemaError(ApexpsError):
-    """A record does not fit its Avro schema; nothing was written or read."""
+class ParameterSyntaxError(ApexpsError):
+    """501: well-formed input that is not valid (e.g. XML not valid against the APEX DTD)."""
 
     code = ReplyCode.PARAMETER_SYNTAX_ERROR
+    description = "syntax error in parameters (non-valid XML)"
+
+
+class RecordSchemaError(ParameterSyntaxError):
+    """A record does not fit its Avro schema; nothing was written or read."""
+
     description = "record does not match its schema"
 
 
@@ -202,9 +213,36 @@ class UnknownSchemaFingerprint(RecordSchemaError):
     description = "record written with an unknown schema"
 
 
-class ConfigError(ApexpsError):
-    code = ReplyCode.PARAMETER_SYNTAX_ERROR
+class ConfigError(ParameterSyntaxError):
     description = "invalid configuration"
+
+
+class OptionNotImplemented(ApexpsError):
+    """504: an option marked mustUnderstand='true' that this relay does not know (RFC 3340 §5)."""
+
+    code = ReplyCode.NOT_IMPLEMENTED
+    description = "parameter not implemented"
+
+
+class TransactionFailed(ApexpsError):
+    """554: e.g. another application is already attached as this endpoint (RFC 3340 §4.4.1)."""
+
+    code = ReplyCode.TRANSACTION_FAILED
+    description = "transaction failed"
+
+
+class TransactionInProgress(ApexpsError):
+    """555: the transID names an operation still in force on this channel (RFC 3340 §4.4.1)."""
+
+    code = ReplyCode.IN_PROGRESS
+    description = "transaction already in progress"
+
+
+class AttachmentOverridden(ApexpsError):
+    """556 (RFC 3342 §2): a newer attach with attachOverride took this endpoint over."""
+
+    code = ReplyCode.OVERRIDDEN
+    description = "attachment overridden"
 
 
 class AccessDenied(ApexpsError):

@@ -1,12 +1,18 @@
-"""The reply codes APEX needs that `broker/errors.py` has no class for (RFC 3340 §10).
+"""The reply-code classes APEX raises, re-exported from the one hierarchy in broker/errors.py.
 
-Importing this module registers the classes with `ApexpsError.for_code`, so a client that
-receives `<error code='555'>` raises `TransactionInProgress`, the class the relay raised.
+They live there so `ApexpsError.for_code` knows every code in every process, whether or not
+this package was imported.
 """
 
 from __future__ import annotations
 
-from broker.errors import ApexpsError, ReplyCode
+from broker.errors import (
+    AttachmentOverridden,
+    OptionNotImplemented,
+    ParameterSyntaxError,
+    TransactionFailed,
+    TransactionInProgress,
+)
 
 __all__ = [
     "AttachmentOverridden",
@@ -15,39 +21,3 @@ __all__ = [
     "TransactionFailed",
     "TransactionInProgress",
 ]
-
-
-class ParameterSyntaxError(ApexpsError):
-    """501: well-formed XML that is not valid against the APEX DTD (RFC 3340 §9.1)."""
-
-    code = ReplyCode.PARAMETER_SYNTAX_ERROR
-    description = "syntax error in parameters (non-valid XML)"
-
-
-class OptionNotImplemented(ApexpsError):
-    """504: an option marked mustUnderstand='true' that this relay does not know (§5)."""
-
-    code = ReplyCode.NOT_IMPLEMENTED
-    description = "parameter not implemented"
-
-
-class TransactionFailed(ApexpsError):
-    """554: e.g. another application is already attached as this endpoint (§4.4.1 step 5)."""
-
-    code = ReplyCode.TRANSACTION_FAILED
-    description = "transaction failed"
-
-
-class TransactionInProgress(ApexpsError):
-    """555: the transID names an operation still in force on this channel (§4.4.1 step 1)."""
-
-    code = ReplyCode.IN_PROGRESS
-    description = "transaction already in progress"
-
-
-class AttachmentOverridden(ApexpsError):
-    """556 (RFC 3342 §2): a newer attach with attachOverride took this endpoint over."""
-
-    code = ReplyCode.OVERRIDDEN
-    retriable = False
-    description = "attachment overridden"

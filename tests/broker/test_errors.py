@@ -28,6 +28,16 @@ def test_for_code_maps_to_most_general_class() -> None:
     assert str(ApexpsError.for_code(537, "no")) == "no"
 
 
+def test_every_apex_reply_code_maps_without_the_wire_package() -> None:
+    """Codes the relay answers with resolve to their classes from broker.errors alone."""
+    from broker import errors
+
+    for code, name in ((501, "ParameterSyntaxError"), (504, "OptionNotImplemented"),
+                       (554, "TransactionFailed"), (555, "TransactionInProgress"),
+                       (556, "AttachmentOverridden")):
+        assert type(ApexpsError.for_code(code)) is getattr(errors, name)
+
+
 def test_for_code_falls_back_for_unknown_codes() -> None:
     """An unregistered code yields UnknownReplyError carrying the received code."""
     err = ApexpsError.for_code(599, "odd")
