@@ -31,6 +31,7 @@ from enum import StrEnum
 from lxml import etree
 
 from broker.errors import ReplyCode
+from broker.xml_safe import UnsafeXml, parse_hardened
 
 from ._config import MAX_NUMBER
 from ._errors import LocalProtocolError, RemoteProtocolError
@@ -54,7 +55,6 @@ MAX_PROFILE_CONTENT = 4096
 _CODE = re.compile(r"[1-5][0-9][0-9]")  # DTD: XYZ, "[1-5][0-9][0-9]"
 _NUMBER = re.compile(r"0|[1-9][0-9]{0,9}")
 _XML_LANG = "{http://www.w3.org/XML/1998/namespace}lang"
-_FORBIDDEN = re.compile(rb"<!(?:DOCTYPE|ENTITY)", re.IGNORECASE)
 
 
 class ProfileEncoding(StrEnum):
@@ -132,15 +132,7 @@ class Error:
 
 ManagementMessage = Greeting | Start | Close | Ok | Error | Profile
 
-_PARSER = etree.XMLParser(
-    resolve_entities=False,
-    no_network=True,
-    load_dtd=False,
-    dtd_validation=False,
-    huge_tree=False,
-    remove_comments=True,
-    remove_pis=True,
-)
+
 
 
 def _invalid(text: str) -> RemoteProtocolError:
@@ -199,21 +191,11 @@ def parse_management(payload: bytes, max_size: int) -> ManagementMessage:
         RemoteProtocolError: 500 if it is not well-formed XML (or too big, or declares a DTD),
             501 if it is not valid per the RFC 3080 §7.1 DTD. Always `terminate=False`.
     """
-    if len(payload) > max_size:
-        raise RemoteProtocolError(
-            f"channel-zero message of {len(payload)} octets exceeds {max_size}",
-            code=ReplyCode.SYNTAX_ERROR, terminate=False)
-    if _FORBIDDEN.search(payload):
-        raise RemoteProtocolError("DOCTYPE and ENTITY declarations are refused",
-                                  code=ReplyCode.SYNTAX_ERROR, terminate=False)
     try:
-        root = etree.fromstring(payload, _PARSER)
-    except etree.XMLSyntaxError as exc:
-        raise RemoteProtocolError(f"poorly-formed XML: {exc}", code=ReplyCode.SYNTAX_ERROR,
+        root = parse_hardened(payload, max_bytes=max_size, what="channel-zero message")
+    except UnsafeXml as exc:
+        raise RemoteProtocolError(str(exc), code=ReplyCode.SYNTAX_ERROR,
                                   terminate=False) from None
-    # Belt and braces: the scan above catches every DOCTYPE first.
-    if getattr(root.getroottree().docinfo, "doctype", ""):
-        raise RemoteProtocolError("DOCTYPE refused", code=ReplyCode.SYNTAX_ERROR, terminate=False)
     tag = root.tag
     if tag == "greeting":
         attrs = _attrs(root, {"features", "localize"}, set())

@@ -1,0 +1,80 @@
+"""The one hardened XML parser every part of apexps uses on input it did not write.
+
+BEEP channel 0, APEX control documents and published messages all arrive from peers that may
+be hostile. They are parsed here, once, the same way:
+
+* a size limit is checked before lxml sees a byte;
+* optionally, any `<!DOCTYPE` or `<!ENTITY` in the raw bytes is refused outright -- even inside
+  CDATA, which costs a legitimate document almost nothing and makes the refusal independent of
+  how the parser treats declarations;
+* the parser resolves no entity, loads no DTD, touches no network and keeps libxml2's own
+  huge-document limits on; comments and processing instructions are dropped;
+* a DOCTYPE that still reaches the tree is refused, and so is nesting deeper than `max_depth`.
+
+Refusals raise `UnsafeXml` with a reason; each caller turns it into the reply code of its
+protocol (BEEP 500 without ending the session, APEX 500, a published message 561). This module
+lives in `broker/` because the selectors need it and `broker/` never imports the wire.
+"""
+
+from __future__ import annotations
+
+import re
+
+from lxml import etree
+
+__all__ = ["UnsafeXml", "parse_hardened", "xml_depth"]
+
+_DECLARATION = re.compile(rb"<!(?:DOCTYPE|ENTITY)", re.IGNORECASE)
+
+
+class UnsafeXml(ValueError):
+    """The document was refused; `str(exc)` says why in words a peer can act on."""
+
+
+def _parser() -> etree.XMLParser:
+    # A parser per call: lxml parsers keep state and are not safe to share across threads.
+    return etree.XMLParser(
+        resolve_entities=False,
+        no_network=True,
+        load_dtd=False,
+        dtd_validation=False,
+        huge_tree=False,
+        remove_comments=True,
+        remove_pis=True,
+    )
+
+
+def xml_depth(root: etree._Element) -> int:
+    """Nesting depth of `root` (1 for a childless element), without recursion."""
+    deepest, stack = 0, [(root, 1)]
+    while stack:
+        elem, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in elem)
+    return deepest
+
+
+def parse_hardened(
+    data: bytes,
+    *,
+    max_bytes: int,
+    max_depth: int | None = None,
+    refuse_declarations: bool = True,
+    what: str = "document",
+) -> etree._Element:
+    """Parse `data` into its document element, or raise UnsafeXml."""
+    if len(data) > max_bytes:
+        raise UnsafeXml(f"{what} of {len(data)} octets exceeds the limit of {max_bytes}")
+    if refuse_declarations and _DECLARATION.search(data):
+        raise UnsafeXml("DOCTYPE and ENTITY declarations are refused")
+    try:
+        root = etree.fromstring(data, _parser())
+    except (etree.XMLSyntaxError, ValueError) as exc:
+        raise UnsafeXml(f"{what} is not well-formed XML: {str(exc)[:200]}") from None
+    if getattr(root.getroottree().docinfo, "doctype", None):
+        raise UnsafeXml(f"a DOCTYPE is not allowed in a {what}")
+    if not isinstance(root.tag, str):
+        raise UnsafeXml(f"the {what} has no document element")
+    if max_depth is not None and xml_depth(root) > max_depth:
+        raise UnsafeXml(f"{what} nested deeper than {max_depth} elements")
+    return root
