@@ -102,7 +102,11 @@ class TargetHop(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Option:
-    """An `option` element (§5): `name` is the `internal` NMTOKEN, or the `external` URI."""
+    """An `option` element (§5): `name` is the `internal` NMTOKEN, or the `external` URI.
+
+    `content` is the element's inner XML (e.g. RFC 3342's `<dataTiming noLaterThan='6000' />`),
+    kept verbatim so an option this relay does not interpret travels on unchanged.
+    """
 
     name: str
     trans_id: int | None = None
@@ -110,6 +114,7 @@ class Option:
     target_hop: TargetHop = TargetHop.FINAL
     must_understand: bool = False
     localize: str | None = None
+    content: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +269,7 @@ def _option(elem: etree._Element) -> Option:
         raise ParameterSyntaxError("mustUnderstand must be true or false")
     trans_id = _number(attrs["transID"], "transID") if "transID" in attrs else None
     return Option(internal or external, trans_id, bool(external), hop, must == "true",
-                  attrs.get("localize"))
+                  attrs.get("localize"), _inner_xml(elem).decode("utf-8"))
 
 
 def _options(elems: list[etree._Element], where: str) -> tuple[Option, ...]:
@@ -423,6 +428,8 @@ def _option_xml(option: Option, indent: str) -> str:
         attrs += f" transID='{option.trans_id}'"
     if option.localize is not None:
         attrs += f" localize='{_esc(option.localize)}'"
+    if option.content:
+        return f"{indent}<option{attrs}>\r\n{indent}    {option.content}\r\n{indent}</option>\r\n"
     return f"{indent}<option{attrs} />\r\n"
 
 

@@ -12,7 +12,13 @@ logs or touches a socket, so every rule below is a plain unit test.
 
 Data to a well-known endpoint registered with `register_service("apex=pubsub", handler)` (or any
 subaddress of it, "apex=pubsub/equity.quote@domain") goes to the handler, which may answer with
-data of its own; that is routed like any other data.
+data of its own; that is routed like any other data. A handler that must wait (the pubsub
+service answers `ok` only once Kafka holds the message) returns an awaitable instead: the
+`Outcome` then carries a `Pending`, and the shell awaits `pending.settle()` for the final reply
+and the answers' deliveries. The handler has done its synchronous part (e.g. taken the
+message's place in the journal) before `handle` returns, so the order in which a channel's
+messages were received is the order they take effect, however long each waits. Services also
+speak unprompted (fan-out, expiry notices): `route(data)` returns the deliveries for that.
 
 Choices the RFC leaves open (see the report in the commit log):
 
@@ -25,7 +31,9 @@ Choices the RFC leaves open (see the report in the commit log):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Iterable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
@@ -44,8 +52,10 @@ __all__ = [
     "ChannelRef",
     "Delivery",
     "Outcome",
+    "Pending",
     "Relay",
     "ServiceHandler",
+    "ServiceResult",
 ]
 
 #: RFC 3340 §5.1: ask each applicable relay for a statusResponse.
@@ -63,15 +73,19 @@ class ChannelRef(NamedTuple):
     channel: int
 
 
+#: What a service answers: the data it sends in response, now or once an awaitable resolves.
+ServiceResult = Iterable[Data] | Awaitable[Iterable[Data]]
+
+
 class ServiceHandler(Protocol):
     """An APEX service living at a well-known endpoint (RFC 3340 §6), e.g. the pubsub service.
 
     `on_data` gets the data addressed to `recipient` (the service's endpoint or a subaddress of
-    it) and returns the data it sends in response, if any; raising an `ApexpsError` fails that
-    recipient with the error's code.
+    it) and returns the data it sends in response, if any, or an awaitable of it; raising an
+    `ApexpsError` (directly or from the awaitable) fails that recipient with the error's code.
     """
 
-    def on_data(self, data: Data, recipient: Endpoint) -> Iterable[Data]: ...
+    def on_data(self, data: Data, recipient: Endpoint) -> ServiceResult: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,10 +99,39 @@ class Delivery:
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What one operation produced: the reply to its sender, and deliveries to make."""
+    """What one operation produced: the reply to its sender, and deliveries to make.
+
+    With `pending` set, `reply` is provisional: services are still at work, and
+    `await pending.settle()` gives the final reply and their deliveries.
+    """
 
     reply: Ok | Error
     deliveries: tuple[Delivery, ...] = ()
+    pending: Pending | None = None
+
+
+@dataclass(slots=True)
+class Pending:
+    """Service calls of one data operation that are still running (see the module docstring)."""
+
+    relay: Relay
+    ref: ChannelRef
+    data: Data
+    statuses: list[tuple[Endpoint, int, str]]
+    calls: list[tuple[int, Awaitable[Iterable[Data]]]]
+
+    async def settle(self) -> Outcome:
+        results = await asyncio.gather(*(call for _, call in self.calls), return_exceptions=True)
+        deliveries: list[Delivery] = []
+        for (index, _), result in zip(self.calls, results, strict=True):
+            who = self.statuses[index][0]
+            if isinstance(result, ApexpsError):
+                self.statuses[index] = (who, int(result.code), str(result))
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                deliveries += self.relay.route_all(result)
+        return self.relay.finish(self.ref, self.data, self.statuses, deliveries)
 
 
 @dataclass(slots=True)
@@ -207,12 +250,25 @@ class Relay:
             self._check_options(data.options_of(index))
         deliveries: list[Delivery] = []
         statuses: list[tuple[Endpoint, int, str]] = []
+        calls: list[tuple[int, Awaitable[Iterable[Data]]]] = []
         for index, recipient in enumerate(data.recipients):
             try:
-                deliveries += self._deliver(data.for_recipients([index]), recipient)
-                statuses.append((recipient, 250, ""))
+                result = self._deliver(data.for_recipients([index]), recipient)
             except ApexpsError as exc:
                 statuses.append((recipient, int(exc.code), str(exc)))
+                continue
+            statuses.append((recipient, 250, ""))
+            if isinstance(result, list):
+                deliveries += result
+            else:
+                calls.append((index, result))
+        if calls:
+            return Outcome(Ok(), tuple(deliveries), Pending(self, ref, data, statuses, calls))
+        return self.finish(ref, data, statuses, deliveries)
+
+    def finish(self, ref: ChannelRef, data: Data, statuses: list[tuple[Endpoint, int, str]],
+               deliveries: list[Delivery]) -> Outcome:
+        """The reply to `data` once every recipient has a status (§4.4.4.1, §5.1)."""
         requests = [o for o in data.options if o.name == STATUS_REQUEST]
         requests += [o for i in range(len(data.recipients)) for o in data.options_of(i)
                      if o.name == STATUS_REQUEST]
@@ -224,18 +280,33 @@ class Relay:
             return Outcome(Error(code, text))
         return Outcome(Ok(), tuple(deliveries))
 
-    def _deliver(self, data: Data, recipient: Endpoint) -> list[Delivery]:
+    def route(self, data: Data) -> list[Delivery]:
+        """Deliveries for data a service sends on its own (best effort, RFC 3340 §5): a
+        recipient that cannot be reached is skipped; a service recipient's own answers follow."""
+        out: list[Delivery] = []
+        for index, to in enumerate(data.recipients):
+            with suppress(ApexpsError):
+                result = self._deliver(data.for_recipients([index]), to)
+                if isinstance(result, list):
+                    out += result
+        return out
+
+    def route_all(self, answers: Iterable[Data]) -> list[Delivery]:
+        out: list[Delivery] = []
+        for answer in answers:
+            out += self.route(answer)
+        return out
+
+    def _deliver(self, data: Data,
+                 recipient: Endpoint) -> list[Delivery] | Awaitable[Iterable[Data]]:
         if recipient.domain != self.domain:
             raise NotTaken(f"no route to {recipient.domain} (relay-relay mode not served)")
         service = self._services.get(recipient.address) if recipient.is_well_known else None
         if service is not None:
-            out: list[Delivery] = []
-            for answer in service.on_data(data, recipient):
-                for index, to in enumerate(answer.recipients):
-                    # Best effort (RFC 3340 §5): a service's reply to nobody is dropped.
-                    with suppress(ApexpsError):
-                        out += self._deliver(answer.for_recipients([index]), to)
-            return out
+            result = service.on_data(data, recipient)
+            if inspect.isawaitable(result):
+                return result
+            return self.route_all(result)
         target = self._attached.get(recipient) or self._attached.get(recipient.base)
         if target is None:
             raise NotTaken("unknown endpoint identity")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from contextlib import suppress
 from dataclasses import dataclass, field
 
 import structlog
@@ -31,8 +32,8 @@ from adapters.beep import (
 )
 from broker.errors import ApexpsError
 
-from ._codec import APEX_PROFILE, Error, Ok, decode, encode, encode_xml
-from ._relay import ChannelRef, Delivery, Relay
+from ._codec import APEX_PROFILE, Data, Error, Ok, Operation, decode, encode, encode_xml
+from ._relay import ChannelRef, Delivery, Outcome, Relay
 
 __all__ = ["DEFAULT_GREETING_TIMEOUT", "DEFAULT_MAX_OUTBOUND", "READ_SIZE", "ApexServer"]
 
@@ -53,6 +54,9 @@ class _Session:
     conn: BeepConnection
     writer: asyncio.StreamWriter
     channels: set[int] = field(default_factory=set)
+    #: per channel, the task that sends the latest reply still waiting for a service: BEEP
+    #: wants a channel's replies in the order of its MSGs (RFC 3080 §2.6.1)
+    waiting: dict[int, asyncio.Task[None]] = field(default_factory=dict)
 
 
 class ApexServer:
@@ -102,6 +106,8 @@ class ApexServer:
             except (ConnectionError, TimeoutError) as exc:
                 log.info("connection lost", reason=type(exc).__name__)
             finally:
+                for task in session.waiting.values():
+                    task.cancel()
                 for channel in session.channels:
                     self.relay.channel_closed(ChannelRef(session.number, channel))
                 del self._sessions[session.number]
@@ -167,11 +173,40 @@ class ApexServer:
             self._reply(session, event, Error.from_exception(exc))
             return
         outcome = self.relay.handle(ref, operation)
+        before = session.waiting.get(event.channel)
+        if outcome.pending is None and before is None:
+            self._complete(session, event, operation, outcome)
+            return
+        self._deliver(outcome.deliveries)  # what is decided already need not wait
+        outcome = Outcome(outcome.reply, (), outcome.pending)
+        task = asyncio.create_task(self._settle(session, event, operation, outcome, before))
+        session.waiting[event.channel] = task
+
+    async def _settle(self, session: _Session, event: MessageReceived, operation: Operation,
+                      outcome: Outcome, before: asyncio.Task[None] | None) -> None:
+        """Wait for the services, then for the reply before ours, then reply."""
+        with structlog.contextvars.bound_contextvars(peer=session.peer, channel=event.channel):
+            final = outcome if outcome.pending is None else await outcome.pending.settle()
+            if before is not None:
+                with suppress(Exception):
+                    await before
+            if session.waiting.get(event.channel) is asyncio.current_task():
+                del session.waiting[event.channel]
+            if event.channel in session.channels:
+                self._complete(session, event, operation, final)
+                self._flush(session)
+
+    def _complete(self, session: _Session, event: MessageReceived, operation: Operation,
+                  outcome: Outcome) -> None:
         log.info("apex operation", operation=type(operation).__name__.lower(),
                  reply=outcome.reply.code if isinstance(outcome.reply, Error) else 250,
                  deliveries=len(outcome.deliveries))
         self._reply(session, event, outcome.reply)
         self._deliver(outcome.deliveries)
+
+    def send(self, data: Data) -> None:
+        """Route data a service sends on its own (fan-out, notices) to whoever can take it."""
+        self._deliver(tuple(self.relay.route(data)))
 
     def _reply(self, session: _Session, event: MessageReceived, reply: Ok | Error) -> None:
         content_type, body = encode(reply)
@@ -180,7 +215,7 @@ class ApexServer:
         else:
             session.conn.send_rpy(event.channel, event.msgno, body, content_type)
 
-    def _deliver(self, deliveries: tuple[Delivery, ...]) -> None:
+    def _deliver(self, deliveries: tuple[Delivery, ...] | list[Delivery]) -> None:
         for delivery in deliveries:
             target = self._sessions.get(delivery.target.session)
             if target is None or delivery.target.channel not in target.channels:
