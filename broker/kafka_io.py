@@ -35,6 +35,7 @@ __all__ = [
     "KafkaProducer",
     "Position",
     "StoredRecord",
+    "Tail",
     "ensure_topics",
     "partition_count",
     "read_partition",
@@ -364,3 +365,48 @@ def read_partition(
                     return
     finally:
         c.close()
+
+
+class Tail:
+    """Follow every partition of `topic` from its current end (or from `start` offsets), for
+    live fan-out: `poll()` returns what arrived, waiting at most `timeout_s` for the first.
+
+    Assigned, never subscribed and never committing: where a follower resumes is its owner's
+    business (the journal is the record). `fetch.wait.max.ms` is low because this is the
+    publish→deliver path; an idle poll costs one short fetch per partition.
+    """
+
+    def __init__(self, config: KafkaConfig, topic: str,
+                 start: dict[int, int] | None = None) -> None:
+        self._c = Consumer(config.client_conf(**{
+            "group.id": f"apexps-tail-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": False,
+            "fetch.wait.max.ms": 2,
+            "fetch.min.bytes": 1,
+        }))
+        parts = partition_count(config, topic)
+        offsets = {p: _watermarks(self._c, topic, p)[1] for p in range(parts)}
+        offsets.update(start or {})
+        self.start = dict(offsets)
+        self._c.assign([TopicPartition(topic, p, o) for p, o in offsets.items()])
+
+    def poll(self, max_records: int = 1000, timeout_s: float = 0.2) -> list[StoredRecord]:
+        # Wait for one record, then take what is already fetched: `consume(n, timeout)` alone
+        # waits for all n or the whole timeout in some librdkafka versions
+        # (confluent-kafka-python#407), which would put the timeout on every delivery.
+        first = self._c.poll(timeout_s)
+        if first is None:
+            return []
+        out: list[StoredRecord] = []
+        for m in [first, *self._c.consume(max_records - 1, timeout=0)]:
+            if m.error() is not None:
+                log.warning("journal tail", error=str(m.error()))
+                continue
+            out.append(StoredRecord(Position(m.partition() or 0, m.offset() or 0), m.key(),
+                                    m.value(), m.timestamp()[1]))
+        return out
+
+    def close(self) -> None:
+        self._c.close()

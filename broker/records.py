@@ -205,6 +205,8 @@ class Subscription:
     expires_at: int | None = None
     reason: str | None = None
     link_id: str | None = None
+    originator: str | None = None
+    trans_id: int | None = None
 
     @property
     def key(self) -> str:

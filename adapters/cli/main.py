@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "adapters.cli.selector_cmd",
     "adapters.cli.bench_cmd",
     "adapters.cli.client_cmd",
+    "adapters.cli.pubsub_cmd",
 )
 
 #: Exit codes: 0 success, 1 the operation failed (the peer or Kafka said no), 2 bad usage or
@@ -71,8 +72,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except ApexpsError as exc:
-        print(f"apexps: error {int(exc.code)}: {exc}", file=sys.stderr)
+        meaning = type(exc).description
+        detail = "" if str(exc) == meaning else f": {exc}"
+        print(f"apexps: error {int(exc.code)} ({meaning}){detail}", file=sys.stderr)
         return EXIT_UNAVAILABLE if exc.retriable else EXIT_FAILED
+    except (ConnectionError, TimeoutError) as exc:
+        where = getattr(args, "server", None)
+        at = f" at {where[0]}:{where[1]}" if isinstance(where, tuple) else ""
+        print(f"apexps: cannot reach the broker{at} ({exc.__class__.__name__}); is it running"
+              " (`apexps up`), and is --server right?", file=sys.stderr)
+        return EXIT_UNAVAILABLE
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ import structlog
 
 from adapters.cli.client_cmd import DEFAULT_APEX_PORT
 from adapters.cli.paths import default_data_dir
-from broker.core import BrokerCore
 from broker.kafka_io import KafkaConfig
 
 log = structlog.get_logger(__name__)
@@ -30,35 +29,34 @@ def _listen_address(text: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
-async def _serve_async(config: KafkaConfig, listen: tuple[str, int], domain: str) -> int:
-    """Open the core, serve APEX until SIGINT/SIGTERM, then close both in order."""
-    from adapters.apex import Relay
-    from adapters.apex.server import ApexServer
+async def _serve_async(args: argparse.Namespace, config: KafkaConfig) -> int:
+    """Start the broker, serve APEX until SIGINT/SIGTERM, then stop everything in order."""
+    from adapters.app import BrokerApp
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    core = BrokerCore(config)
-    report = await asyncio.to_thread(core.open)  # blocking Kafka reads
-    server = ApexServer(Relay(domain=domain), host=listen[0], port=listen[1])
+    host, port = args.listen
+    app = BrokerApp(config, domain=args.domain, host=host, port=port, access_file=args.access)
+    await app.start()
     try:
-        await server.start()
-        print(f"apex: {server.host}:{server.port} (domain {domain})", flush=True)
+        print(f"apex: {app.host}:{app.port} (domain {app.domain})", flush=True)
+        assert app.report is not None
         log.info("broker ready; Ctrl-C stops it", bootstrap=config.bootstrap,
-                 listen=f"{server.host}:{server.port}", domain=domain,
-                 journal_sources=report.journal.sources, topics=report.topics)
+                 listen=f"{app.host}:{app.port}", domain=app.domain,
+                 journal_sources=app.report.journal.sources, topics=app.report.topics,
+                 subscriptions=app.report.subscriptions)
         await stop.wait()
     finally:
         log.info("broker stopping")
-        await server.close()
-        await asyncio.to_thread(core.close)
+        await app.close()
         log.info("broker stopped")
     return 0
 
 
 def _serve(args: argparse.Namespace, bootstrap: str) -> int:
-    return asyncio.run(_serve_async(_config(args, bootstrap), args.listen, args.domain))
+    return asyncio.run(_serve_async(args, _config(args, bootstrap)))
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -91,6 +89,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="prefix of the Kafka topics apexps owns (default: %(default)s)")
     p.add_argument("--journal-partitions", type=int, default=3,
                    help="partitions of a new journal topic (default: %(default)s)")
+    p.add_argument("--access", metavar="FILE", default=None,
+                   help="access entries to load at start (XML, see `apexps access --help`);"
+                        " without it every endpoint of --domain may do everything")
 
 
 def register(sub: Any) -> None:

@@ -1,0 +1,242 @@
+"""`PubsubHandler`: the apex=pubsub service on the wire — APEX data in, domain calls, data out.
+
+What arrives (draft-schwartz-apex-pubsub §4):
+- data to `apex=pubsub@D` holds a management document; the relay's `ok` says it was received
+  and the service's answer is a separate data (reply or topiclist, carrying the transID) to the
+  originator, exactly as the draft's message flows show. Only a document that cannot be parsed is
+  refused on the data itself (500/501/553), since it has no transID to answer under.
+- data to `apex=pubsub/TOPIC@D` is a publication: refused on the data itself with 537 (no
+  `core:data`) or 550 (no such topic), else appended to the journal and answered `ok` once Kafka
+  holds it. A subscribe or cancel sent there by another domain's pubsub service is that service
+  forwarding a request to us as its redistributor (§2.4, §4.5 step 4).
+
+What leaves: forwarding of journaled messages (`forward`, called with what the journal follower
+read back), cancel notices on expiry and topic deletion, forwarded requests to redistributors,
+and replies a redistributor sent us, passed on to whoever asked.
+
+Management runs in a worker thread (registry writes wait for Kafka) under one lock, so two
+requests never interleave their check-then-write steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import Callable, Iterable
+
+import structlog
+
+from broker.errors import ApexpsError, ParameterSyntaxError
+from broker.journal import Appended, Journal
+from broker.pubsub import Forward, PubsubService
+from broker.records import JournalEntry, Subscription
+
+from ._codec import BEEP_XML, Data, Option, TargetHop
+from ._endpoint import Endpoint
+from ._pubsub_codec import (
+    Cancel,
+    CreateTopic,
+    DeleteTopic,
+    ListTopics,
+    PubsubOperation,
+    Reply,
+    Subscribe,
+    TopicList,
+    decode_pubsub,
+    encode_pubsub,
+)
+from ._relay import ServiceResult
+
+__all__ = ["SERVICE", "PubsubHandler"]
+
+log = structlog.get_logger(__name__)
+
+SERVICE = "apex=pubsub"
+#: RFC 3342 §4 / draft §3: forwarded data carries a hop limit so a loop between pubsub servers
+#: ends; a publication that arrives with one keeps what is left of it.
+DEFAULT_HOPS = 8
+
+
+def _content_xml(op: PubsubOperation) -> bytes:
+    return encode_pubsub(op)
+
+
+class PubsubHandler:
+    """Serve `service` as `apex=pubsub@domain`; `send` routes data the service initiates."""
+
+    def __init__(self, service: PubsubService, journal: Journal,
+                 send: Callable[[Data], None]) -> None:
+        self.service, self.journal, self._send = service, journal, send
+        self.endpoint = Endpoint(SERVICE, service.domain)
+        self._lock = asyncio.Lock()
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._expiry_task: asyncio.Task[None] | None = None
+        self._forward_ids = itertools.count(1)
+        #: transIDs of requests we forwarded to a redistributor -> (who asked, their transID)
+        self._forwarded: dict[int, tuple[Endpoint, int]] = {}
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._expiry_task = asyncio.create_task(self._expire_loop())
+
+    async def close(self) -> None:
+        if self._expiry_task is not None:
+            self._expiry_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._expiry_task
+
+    # --- the relay's ServiceHandler -----------------------------------------------------
+
+    def on_data(self, data: Data, recipient: Endpoint) -> ServiceResult:
+        if recipient.subaddress is None:
+            op = decode_pubsub(data.content)
+            return asyncio.ensure_future(self._manage(data.originator, op))
+        topic = recipient.subaddress
+        if data.originator.address == SERVICE and data.originator.domain != self.service.domain:
+            # Another pubsub server: either forwarding a request to us as redistributor, or
+            # forwarding a publication of its topic to us as its subscriber.
+            with contextlib.suppress(ApexpsError):
+                op = decode_pubsub(data.content)
+                if isinstance(op, Subscribe | Cancel | Reply):
+                    return asyncio.ensure_future(self._manage(data.originator, op))
+        return self._publish(data, topic)
+
+    def _publish(self, data: Data, topic: str) -> asyncio.Future[Iterable[Data]]:
+        hops = {"dataHopping": str(_hops_left(data.options))}
+        pub = self.service.accept(str(data.originator), topic, data.content, data.content_type,
+                                  hops)
+        done: asyncio.Future[Iterable[Data]] = self._loop.create_future()
+
+        def settled(err: Exception | None, res: Appended | None) -> None:
+            self._loop.call_soon_threadsafe(_resolve, done, err)
+
+        self.journal.append(pub, settled)
+        return done
+
+    async def _manage(self, originator: Endpoint, op: PubsubOperation) -> list[Data]:
+        async with self._lock:
+            try:
+                answer = await asyncio.to_thread(self._apply, originator, op)
+            except ApexpsError as exc:
+                trans = getattr(op, "trans_id", None)
+                log.info("pubsub refused", operation=type(op).__name__.lower(),
+                         originator=str(originator), code=int(exc.code), reason=str(exc))
+                answer = [self._data(originator, Reply(int(exc.code), trans, str(exc)))]
+        self._wake.set()  # a subscription may now expire sooner than the timer thinks
+        return answer
+
+    def _apply(self, originator: Endpoint, op: PubsubOperation) -> list[Data]:
+        """One management operation, in a worker thread; returns the data to send."""
+        who, svc = str(originator), self.service
+        if isinstance(op, CreateTopic):
+            svc.create_topic(who, op.topic)
+            return [self._data(originator, Reply(250, op.trans_id))]
+        if isinstance(op, DeleteTopic):
+            ended = svc.delete_topic(who, op.topic)
+            return [self._data(originator, Reply(250, op.trans_id)), *self._notices(ended)]
+        if isinstance(op, ListTopics):
+            names = svc.list_topics(who)
+            return [self._data(originator, TopicList(tuple(names), op.trans_id))]
+        if isinstance(op, Subscribe):
+            result = svc.subscribe(who, str(op.subscriber), op.topic, op.duration, op.trans_id)
+            if isinstance(result, Forward):
+                return [self._forward(originator, op, result)]
+            return [self._data(originator, Reply(250, op.trans_id))]
+        if isinstance(op, Cancel):
+            subject = op.subscriber or originator
+            gone = svc.cancel(who, str(subject), op.topic)
+            if isinstance(gone, Forward):
+                return [self._forward(originator, op, gone)]
+            return [self._data(originator, Reply(250, op.trans_id))]
+        if isinstance(op, Reply):
+            return self._pass_on(originator, op)
+        raise ParameterSyntaxError(f"<{type(op).__name__.lower()}> is an answer, not a request")
+
+    def _forward(self, originator: Endpoint, op: Subscribe | Cancel, via: Forward) -> Data:
+        """§4.5 step 4: send the request to the redistributor under a transID of ours, and
+        remember whom its reply is for."""
+        ours = next(self._forward_ids)
+        self._forwarded[ours] = (originator, op.trans_id)
+        moved = (Subscribe(op.subscriber, op.topic, ours, op.duration)
+                 if isinstance(op, Subscribe)
+                 else Cancel(op.topic, ours, op.subscriber or originator))
+        log.info("pubsub request forwarded", to=via.to, topic=op.topic, originator=str(originator))
+        return Data(self.endpoint, (Endpoint.parse(via.to),), _content_xml(moved), BEEP_XML,
+                    content_ref="#Content")
+
+    def _pass_on(self, origin: Endpoint, reply: Reply) -> list[Data]:
+        asked = self._forwarded.pop(reply.trans_id, None) if reply.trans_id else None
+        if asked is None:
+            log.info("unsolicited pubsub reply dropped", originator=str(origin), code=reply.code)
+            return []
+        who, trans = asked
+        return [self._data(who, Reply(reply.code, trans, reply.text))]
+
+    def _data(self, to: Endpoint, op: PubsubOperation) -> Data:
+        return Data(self.endpoint, (to,), _content_xml(op), BEEP_XML, content_ref="#Content")
+
+    def _notices(self, ended: list[Subscription]) -> list[Data]:
+        """The cancel the service initiates (§4.6) for each subscription that ended."""
+        out = []
+        for sub in ended:
+            to = Endpoint.parse(sub.originator or sub.subscriber)
+            out.append(self._data(to, Cancel(sub.topic, sub.trans_id or 1,
+                                             Endpoint.parse(sub.subscriber))))
+        return out
+
+    # --- what the service initiates -----------------------------------------------------
+
+    def forward(self, entries: list[JournalEntry]) -> None:
+        """Forward journaled messages to their topics' subscribers (on the event loop)."""
+        for entry in entries:
+            recipients = self.service.recipients(entry.topic)
+            if not recipients:
+                continue
+            hops = int(entry.options.get("dataHopping", DEFAULT_HOPS))
+            option = Option("dataHopping", next(self._forward_ids), target_hop=TargetHop.ALL,
+                            must_understand=True,
+                            content=f"<dataHopping noMoreThan='{hops}' reportErrors='true' />")
+            origin = Endpoint(SERVICE, self.service.domain, entry.topic)
+            data = Data(origin, tuple(Endpoint.parse(r) for r in recipients), entry.content,
+                        entry.content_type, options=(option,),
+                        content_ref="#Content" if entry.content_type == BEEP_XML else None)
+            self._send(data)
+
+    def forward_threadsafe(self, entries: list[JournalEntry]) -> None:
+        self._loop.call_soon_threadsafe(self.forward, entries)
+
+    async def _expire_loop(self) -> None:
+        while True:
+            due = self.service.next_expiry()
+            self._wake.clear()
+            delay = None if due is None else max(0.0, (due - self.service.now()) / 1000)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay)
+                continue
+            async with self._lock:
+                ended = await asyncio.to_thread(self.service.expire_due)
+            for notice in self._notices(ended):
+                self._send(notice)
+
+
+def _resolve(done: asyncio.Future[Iterable[Data]], err: Exception | None) -> None:
+    if done.done():
+        return
+    if err is None:
+        done.set_result(())
+    else:
+        done.set_exception(err)
+
+
+def _hops_left(options: tuple[Option, ...]) -> int:
+    """What a publication's own dataHopping option leaves for forwarding (§3, RFC 3342 §4)."""
+    for option in options:
+        if option.name == "dataHopping" and "noMoreThan" in option.content:
+            digits = option.content.split("noMoreThan", 1)[1].lstrip("='\" ").split("'")[0]
+            digits = digits.split('"')[0]
+            if digits.isdigit():
+                return max(0, int(digits))
+    return DEFAULT_HOPS

@@ -1,0 +1,174 @@
+"""`PubsubClient`: an application's handle on `apex=pubsub@domain` (the client library).
+
+It attaches as one endpoint and then: manages topics, subscribes and cancels (each call returns
+when the service's reply with the same transID arrives, and raises the `ApexpsError` of any code
+other than 250), publishes (returns once the broker holds the message durably), and yields what
+the service sends unprompted — forwarded messages and the cancel that ends a subscription — from
+`events()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from broker.errors import ApexpsError, ServiceNotAvailable
+
+from ._codec import Data
+from ._endpoint import Endpoint
+from ._pubsub_codec import (
+    Cancel,
+    CreateTopic,
+    DeleteTopic,
+    ListTopics,
+    PubsubOperation,
+    Reply,
+    Subscribe,
+    TopicList,
+    decode_pubsub,
+    encode_pubsub,
+)
+from .client import DEFAULT_TIMEOUT, ApexClient
+
+__all__ = ["Delivered", "Ended", "PubsubClient"]
+
+SERVICE = "apex=pubsub"
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """A message forwarded to us for `topic`."""
+
+    topic: str
+    originator: str
+    content: bytes
+    content_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """The service cancelled our subscription to `topic` (expiry or topic deletion)."""
+
+    topic: str
+    subscriber: str
+
+
+class PubsubClient:
+    def __init__(self, client: ApexClient, endpoint: Endpoint) -> None:
+        self.client, self.endpoint = client, endpoint
+        self.service = Endpoint(SERVICE, endpoint.domain)
+        self._trans_ids = itertools.count(1)
+        self._waiting: dict[int, asyncio.Future[Reply | TopicList]] = {}
+        self._events: asyncio.Queue[Delivered | Ended | None] = asyncio.Queue()
+        self._task = asyncio.create_task(self._demux())
+
+    @classmethod
+    async def connect(cls, host: str, port: int, endpoint: Endpoint | str, *,
+                      timeout: float = DEFAULT_TIMEOUT) -> PubsubClient:
+        me = Endpoint.parse(endpoint) if isinstance(endpoint, str) else endpoint
+        client = await ApexClient.connect(host, port, timeout)
+        try:
+            await client.attach(me)
+        except BaseException:
+            await client.close()
+            raise
+        return cls(client, me)
+
+    async def close(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        await self.client.close()
+
+    async def __aenter__(self) -> PubsubClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    # --- requests -----------------------------------------------------------------------
+
+    async def _ask(self, op: PubsubOperation, trans_id: int) -> Reply | TopicList:
+        future: asyncio.Future[Reply | TopicList] = asyncio.get_running_loop().create_future()
+        self._waiting[trans_id] = future
+        try:
+            await self.client.send(self.endpoint, [self.service], encode_pubsub(op),
+                                   "application/beep+xml")
+            answer = await asyncio.wait_for(future, self.client.timeout)
+        finally:
+            self._waiting.pop(trans_id, None)
+        if isinstance(answer, Reply) and answer.code != 250:
+            raise ApexpsError.for_code(answer.code, answer.text or None)
+        return answer
+
+    async def create_topic(self, topic: str) -> None:
+        trans = next(self._trans_ids)
+        await self._ask(CreateTopic(topic, trans), trans)
+
+    async def delete_topic(self, topic: str) -> None:
+        trans = next(self._trans_ids)
+        await self._ask(DeleteTopic(topic, trans), trans)
+
+    async def list_topics(self) -> list[str]:
+        trans = next(self._trans_ids)
+        answer = await self._ask(ListTopics(trans), trans)
+        return list(answer.names) if isinstance(answer, TopicList) else []
+
+    async def subscribe(self, topic: str, duration: int = 3600,
+                        subscriber: Endpoint | str | None = None) -> None:
+        trans = next(self._trans_ids)
+        who = self._endpoint(subscriber)
+        await self._ask(Subscribe(who, topic, trans, duration), trans)
+
+    async def cancel(self, topic: str, subscriber: Endpoint | str | None = None) -> None:
+        trans = next(self._trans_ids)
+        await self._ask(Cancel(topic, trans, self._endpoint(subscriber)), trans)
+
+    async def publish(self, topic: str, content: bytes,
+                      content_type: str = "application/octet-stream") -> None:
+        """Send to `apex=pubsub/TOPIC@domain`; returns once the broker holds it durably."""
+        to = Endpoint(SERVICE, self.endpoint.domain, topic)
+        await self.client.send(self.endpoint, [to], content, content_type)
+
+    def _endpoint(self, who: Endpoint | str | None) -> Endpoint:
+        if who is None:
+            return self.endpoint
+        return Endpoint.parse(who) if isinstance(who, str) else who
+
+    # --- what arrives unprompted --------------------------------------------------------
+
+    async def events(self) -> AsyncIterator[Delivered | Ended]:
+        """Forwarded messages and subscription ends, until the connection is lost."""
+        while True:
+            event = await self._events.get()
+            if event is None:
+                self._events.put_nowait(None)
+                raise ServiceNotAvailable("connection to the broker lost")
+            yield event
+
+    async def _demux(self) -> None:
+        async for data in self.client.receive():
+            self._route(data)
+        self._events.put_nowait(None)
+
+    def _route(self, data: Data) -> None:
+        origin = data.originator
+        if origin.address != SERVICE:
+            return
+        if origin.subaddress is not None:
+            self._events.put_nowait(Delivered(origin.subaddress, str(origin), data.content,
+                                              data.content_type))
+            return
+        try:
+            op = decode_pubsub(data.content)
+        except ApexpsError:
+            return
+        if isinstance(op, Reply | TopicList) and op.trans_id is not None:
+            future = self._waiting.get(op.trans_id)
+            if future is not None and not future.done():
+                future.set_result(op)
+        elif isinstance(op, Cancel):
+            self._events.put_nowait(Ended(op.topic, str(op.subscriber or self.endpoint)))

@@ -1,0 +1,81 @@
+"""`BrokerApp`: one running apexps broker — the core on Kafka, access control, the pubsub service,
+the journal follower and the APEX server — started and stopped as one, in dependency order.
+
+`apexps up` / `apexps broker` run exactly this; tests run it in-process too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import structlog
+
+from adapters.apex import Relay
+from adapters.apex.pubsub import SERVICE, PubsubHandler
+from adapters.apex.server import ApexServer
+from broker.access import AccessControl
+from broker.core import BrokerCore, OpenReport
+from broker.kafka_io import KafkaConfig
+from broker.pubsub import JournalFollower, PubsubService
+from broker.records import AccessEffect, AccessEntry, now_ms
+
+__all__ = ["DEFAULT_ACCESS_ID", "BrokerApp"]
+
+log = structlog.get_logger(__name__)
+
+#: The entry a broker started without `--access` relies on: its own domain may do everything.
+DEFAULT_ACCESS_ID = "default:local-domain"
+
+
+class BrokerApp:
+    def __init__(self, config: KafkaConfig, *, domain: str = "example.com",
+                 host: str = "127.0.0.1", port: int = 0,
+                 access_file: str | Path | None = None) -> None:
+        self.config, self.domain = config, domain.lower()
+        self.host, self.port, self.access_file = host, port, access_file
+        self.core = BrokerCore(config)
+        self.report: OpenReport | None = None
+
+    async def start(self) -> None:
+        self.report = await asyncio.to_thread(self.core.open)  # blocking Kafka reads
+        self.access = AccessControl(self.core.access)
+        await asyncio.to_thread(self._provision_access)
+        self.access.start_following()
+        self.service = PubsubService(self.core, self.access, self.domain)
+        self.relay = Relay(domain=self.domain)
+        self.server = ApexServer(self.relay, host=self.host, port=self.port)
+        self.handler = PubsubHandler(self.service, self.core.journal, self.server.send)
+        self.relay.register_service(SERVICE, self.handler)
+        self.follower = await asyncio.to_thread(
+            JournalFollower, self.config, self.core.codec, self.handler.forward_threadsafe)
+        self.follower.start()
+        self.handler.start()
+        await self.server.start()
+        self.port = self.server.port
+
+    def _provision_access(self) -> None:
+        if self.access_file is not None:
+            loaded = self.access.load_file(self.access_file, domain=self.domain)
+            self.access.remove(DEFAULT_ACCESS_ID)
+            log.info("access entries loaded", file=str(self.access_file), entries=loaded)
+        elif not any(e.entry_id.startswith("file:") for e in self.access.entries()):
+            self.access.put(AccessEntry(DEFAULT_ACCESS_ID, f"*@{self.domain}",
+                                        ("pubsub:all", "core:data"), AccessEffect.ALLOW,
+                                        now_ms()))
+            log.warning("no access file: every endpoint of the domain may do everything; "
+                        "pass --access FILE for a real policy", domain=self.domain)
+
+    async def close(self) -> None:
+        await self.server.close()
+        await self.handler.close()
+        await asyncio.to_thread(self.follower.stop)
+        self.access.stop_following()
+        await asyncio.to_thread(self.core.close)
+
+    async def __aenter__(self) -> BrokerApp:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()

@@ -1,0 +1,245 @@
+"""The apex=pubsub service (draft-schwartz-apex-pubsub §4), over the journal and the registries.
+
+Theory of operation
+-------------------
+Each management operation follows the draft's numbered steps in order and either returns or
+raises the `ApexpsError` whose code the draft prescribes (537 access, 553 topic/duration); the
+wire adapter turns that into the `reply` element carrying the operation's transID. State changes
+go to Kafka first (`Registry.put` returns once the compacted topic holds the record) and only
+then to memory, so what a caller was told is what a restart rebuilds.
+
+Publishing: `accept(...)` checks `core:data` and the topic (550 for an unknown one) and hands back
+the `Publication` to append; the caller answers `ok` once the journal says it is durable.
+Forwarding does not start here: a follower reads the journal back (`broker.pubsub.follower`) and
+asks `recipients(topic)` for each record, so what subscribers get is what Kafka holds.
+
+Subscriptions: one per (subscriber, topic); subscribing again replaces the duration (§4.5 step
+5.2). Expired ones are removed by `expire_due`, which returns them so the adapter can send each
+originator its cancel. A subscriber whose local part is `apex=pubsub/TOPIC` is a redistributing
+pubsub server (§2.4): subscribe and cancel requests for subjects in its domain are forwarded to
+it (§4.5 step 4, §4.6 step 3) instead of being applied here.
+
+Every method may block on Kafka for a few milliseconds; an asyncio caller runs them in a thread.
+State shared with the delivery path is guarded by one lock.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import structlog
+
+from broker.core import BrokerCore
+from broker.errors import AccessDenied, InvalidParameter, NotTaken
+from broker.names import validate_topic
+from broker.records import Publication, Subscription, SubscriptionState, Topic, now_ms
+
+__all__ = [
+    "MAX_DURATION_S",
+    "AccessPolicy",
+    "Forward",
+    "PubsubService",
+    "redistributor_local",
+]
+
+log = structlog.get_logger(__name__)
+
+#: %SECONDS; of the APEX core DTD: the largest duration a subscribe may ask for.
+MAX_DURATION_S = 2_147_483_647
+
+
+class AccessPolicy(Protocol):
+    """What the service needs of access control (broker.access.AccessControl provides it)."""
+
+    def allowed(self, originator: str, token: str, topic: str | None = None) -> bool: ...
+
+    def grant_subscriber(self, topic: str, subscriber: str) -> None: ...
+
+    def revoke_subscriber(self, topic: str, subscriber: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """§4.5 step 4 / §4.6 step 3: send the request on to this redistributing pubsub server."""
+
+    to: str
+
+
+def redistributor_local(topic: str) -> str:
+    """The local part a redistributing pubsub server subscribes under for `topic`."""
+    return f"apex=pubsub/{topic}"
+
+
+def _domain(endpoint: str) -> str:
+    return endpoint.rpartition("@")[2].lower()
+
+
+def _local(endpoint: str) -> str:
+    return endpoint.rpartition("@")[0]
+
+
+class PubsubService:
+    def __init__(self, core: BrokerCore, access: AccessPolicy, domain: str, *,
+                 clock: Callable[[], int] = now_ms) -> None:
+        self.core, self.access, self.domain, self._clock = core, access, domain.lower(), clock
+        self.endpoint = f"apex=pubsub@{self.domain}"
+        self._lock = threading.Lock()
+        self._by_topic: dict[str, dict[str, Subscription]] = {}
+        self._expiries: list[tuple[int, str]] = []  # (expires_at, registry key), lazily pruned
+        for sub in core.subscriptions:
+            if sub.state is SubscriptionState.ACTIVE:
+                self._remember(sub)
+
+    def now(self) -> int:
+        return self._clock()
+
+    # --- management -------------------------------------------------------------------
+
+    def _check(self, originator: str, token: str, topic: str | None = None) -> None:
+        if not self.access.allowed(originator, token, topic):
+            where = f" on topic {topic}" if topic else ""
+            raise AccessDenied(f"{originator} lacks {token}{where}")
+
+    def _existing(self, topic: str) -> Topic:
+        validate_topic(topic)
+        found = self.core.topics.get(topic)
+        if found is None:
+            raise InvalidParameter(f"topic {topic!r} does not exist")
+        return found
+
+    def create_topic(self, originator: str, topic: str) -> Topic:
+        """§4.2: 537 without pubsub:createtopic, 553 if the topic exists (or is not a name)."""
+        self._check(originator, "pubsub:createtopic")
+        validate_topic(topic)
+        if topic in self.core.topics:
+            raise InvalidParameter(f"topic {topic!r} already exists")
+        created = self.core.topics.put(Topic(name=topic, created_at=self._clock(),
+                                             owner=originator))
+        log.info("topic created", topic=topic, by=originator)
+        return created
+
+    def delete_topic(self, originator: str, topic: str) -> list[Subscription]:
+        """§4.3: 537, 553 for an unknown topic. Its subscriptions end with it; they are
+        returned so each subscriber can be told (the cancel the service may initiate)."""
+        self._check(originator, "pubsub:deletetopic")
+        self._existing(topic)
+        self.core.topics.delete(topic)
+        with self._lock:
+            ended = list(self._by_topic.pop(topic, {}).values())
+        for sub in ended:
+            self._drop(sub)
+        log.info("topic deleted", topic=topic, by=originator, subscriptions_ended=len(ended))
+        return ended
+
+    def list_topics(self, originator: str) -> list[str]:
+        """§4.4: 537 without pubsub:listtopics; else every topic of this domain, sorted."""
+        self._check(originator, "pubsub:listtopics")
+        return sorted(t.name for t in self.core.topics)
+
+    def _redistributor(self, topic: str, subject: str) -> str | None:
+        wanted = (redistributor_local(topic), _domain(subject))
+        with self._lock:
+            for who in self._by_topic.get(topic, {}):
+                if (_local(who), _domain(who)) == wanted and who != subject:
+                    return who
+        return None
+
+    def subscribe(self, originator: str, subscriber: str, topic: str, duration_s: int,
+                  trans_id: int | None = None) -> Subscription | Forward:
+        """§4.5 steps 1-5: 537, 553 (unknown topic), 553 (duration ≤ 0), forward to a
+        redistributor of the subject's domain, else record the subscription."""
+        self._check(originator, "pubsub:subscribe", topic)
+        self._existing(topic)
+        if duration_s <= 0:
+            raise InvalidParameter(f"duration must be positive, not {duration_s}")
+        if duration_s > MAX_DURATION_S:
+            raise InvalidParameter(f"duration exceeds {MAX_DURATION_S} seconds")
+        via = self._redistributor(topic, subscriber)
+        if via is not None:
+            return Forward(via)
+        now = self._clock()
+        sub = Subscription(subscriber=subscriber, subscription_id=topic, topic=topic,
+                           duration_s=duration_s, state=SubscriptionState.ACTIVE,
+                           created_at=now, expires_at=now + duration_s * 1000,
+                           originator=originator, trans_id=trans_id)
+        self.core.subscriptions.put(sub)
+        self.access.grant_subscriber(topic, subscriber)
+        self._remember(sub)
+        log.info("subscribed", topic=topic, subscriber=subscriber, duration_s=duration_s)
+        return sub
+
+    def cancel(self, originator: str, subscriber: str, topic: str) -> Subscription | Forward | None:
+        """§4.6 steps 1-4: 537, 553 (unknown topic), forward to a redistributor of the
+        subject's domain, else stop forwarding to the subject (returns what ended, if any)."""
+        self._check(originator, "pubsub:cancel", topic)
+        self._existing(topic)
+        via = self._redistributor(topic, subscriber)
+        if via is not None:
+            return Forward(via)
+        with self._lock:
+            sub = self._by_topic.get(topic, {}).pop(subscriber, None)
+        if sub is not None:
+            self._drop(sub)
+            log.info("cancelled", topic=topic, subscriber=subscriber, by=originator)
+        return sub
+
+    def _remember(self, sub: Subscription) -> None:
+        with self._lock:
+            self._by_topic.setdefault(sub.topic, {})[sub.subscriber] = sub
+            if sub.expires_at is not None:
+                heapq.heappush(self._expiries, (sub.expires_at, sub.key))
+
+    def _drop(self, sub: Subscription) -> None:
+        self.core.subscriptions.delete(sub.key)
+        self.access.revoke_subscriber(sub.topic, sub.subscriber)
+
+    def next_expiry(self) -> int | None:
+        """When (ms) the earliest subscription runs out, if any does."""
+        with self._lock:
+            return self._expiries[0][0] if self._expiries else None
+
+    def expire_due(self, now: int | None = None) -> list[Subscription]:
+        """Remove every subscription whose duration has run out; return them (for the cancel)."""
+        now = self._clock() if now is None else now
+        due: list[Subscription] = []
+        with self._lock:
+            while self._expiries and self._expiries[0][0] <= now:
+                at, key = heapq.heappop(self._expiries)
+                subscriber, _, topic = key.partition("\x00")
+                sub = self._by_topic.get(topic, {}).get(subscriber)
+                if sub is not None and sub.expires_at == at:  # not renewed meanwhile
+                    del self._by_topic[topic][subscriber]
+                    due.append(sub)
+        for sub in due:
+            self._drop(sub)
+            log.info("subscription expired", topic=sub.topic, subscriber=sub.subscriber)
+        return due
+
+    # --- publishing -------------------------------------------------------------------
+
+    def accept(self, originator: str, topic: str, content: bytes, content_type: str,
+               options: Mapping[str, str] | None = None) -> Publication:
+        """§4.7.1 step 1 (550 for an unknown topic) after the `core:data` check (537)."""
+        self._check(originator, "core:data", topic)
+        if topic not in self.core.topics:
+            raise NotTaken(f"no topic {topic!r} at {self.domain}")
+        return Publication(topic=topic, source=originator, content=content,
+                           content_type=content_type, options=dict(options or {}))
+
+    def recipients(self, topic: str, now: int | None = None) -> list[str]:
+        """Subscribers whose subscription to `topic` is active now (§4.7.1 step 2)."""
+        now = self._clock() if now is None else now
+        with self._lock:
+            subs = self._by_topic.get(topic)
+            if not subs:
+                return []
+            return [who for who, s in subs.items() if s.expires_at is None or s.expires_at > now]
+
+    def subscriptions(self, topic: str | None = None) -> list[Subscription]:
+        with self._lock:
+            groups = [self._by_topic.get(topic, {})] if topic else list(self._by_topic.values())
+            return [s for g in groups for s in g.values()]

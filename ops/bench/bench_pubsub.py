@@ -1,0 +1,289 @@
+"""Publish→deliver through the apex=pubsub service, next to raw confluent-kafka, same Kafka.
+
+Run: `.venv/bin/python -m ops.bench.bench_pubsub [--bootstrap HOST:PORT] [--seconds 10]`
+(without --bootstrap a throwaway local Kafka is started).
+
+Set-up: the broker (`adapters.app.BrokerApp`: journal, follower, APEX server) runs in its own
+process; the subscribers (10, then 100 `PubsubClient`s) in another, the publisher in a third, so
+no two share a GIL. Messages are 512 octets whose first bytes carry the send time; a subscriber's
+latency is its receive time minus that (one machine, one clock).
+
+Two phases per subscriber count:
+* paced: the publisher sends 1,000 msgs/s (each awaited: `ok` means durable) for `--seconds`;
+  p50/p99 publish→deliver latency is the figure the target names (p99 < 20 ms, 10 subscribers);
+* flat out: the publisher keeps `--window` publications in flight; the rate at which messages
+  reach subscribers (messages/s, and deliveries/s = messages × subscribers).
+
+Raw: a confluent-kafka producer (idempotent, acks=all, same linger) and one consumer on a
+topic of the same Kafka, paced at 1,000 msgs/s and flat out; its end-to-end message rate is the
+ratio's denominator (target: pubsub ≥ 0.25× raw).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+SIZE = 512
+TOPIC = "bench.quotes"
+DOMAIN = "bench.example"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _stamp(seq: int) -> bytes:
+    head = struct.pack(">dQ", time.time(), seq)
+    return head + b"x" * (SIZE - len(head))
+
+
+def _age_ms(body: bytes) -> float:
+    return (time.time() - struct.unpack(">d", body[:8])[0]) * 1e3
+
+
+def _pcts(lat: list[float]) -> tuple[float, float]:
+    if len(lat) < 2:
+        return float("nan"), float("nan")
+    cuts = statistics.quantiles(lat, n=100)
+    return cuts[49], cuts[98]
+
+
+# --- processes ----------------------------------------------------------------------------
+
+
+def _serve(args: argparse.Namespace) -> None:
+    from adapters.app import BrokerApp
+    from adapters.cli import logs
+    from broker.kafka_io import KafkaConfig
+
+    logs.configure("warning", json=True)
+
+    async def run() -> None:
+        config = KafkaConfig(bootstrap=args.bootstrap, namespace=args.namespace)
+        async with BrokerApp(config, domain=DOMAIN) as app:
+            print(app.port, flush=True)
+            await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+
+    asyncio.run(run())
+
+
+def _subscribers(args: argparse.Namespace) -> None:
+    from adapters.apex.pubsub_client import Delivered, PubsubClient
+
+    async def one(i: int, ready: asyncio.Queue[int], out: list[list[float]]) -> None:
+        client = await PubsubClient.connect("127.0.0.1", args.port, f"s{i}@{DOMAIN}")
+        await client.subscribe(TOPIC, 3600)
+        ready.put_nowait(i)
+        lat: list[float] = []
+        out.append(lat)
+        async for event in client.events():
+            if isinstance(event, Delivered):
+                if event.content[:1] == b"!":
+                    break
+                lat.append(_age_ms(event.content))
+        await client.close()
+
+    async def run() -> list[list[float]]:
+        ready: asyncio.Queue[int] = asyncio.Queue()
+        out: list[list[float]] = []
+        tasks = [asyncio.create_task(one(i, ready, out)) for i in range(args.subscribers)]
+        for _ in tasks:
+            await ready.get()
+        print("ready", flush=True)
+        await asyncio.gather(*tasks)
+        return out
+
+    per_sub = asyncio.run(run())
+    json.dump(per_sub, sys.stdout)
+
+
+def _publisher(args: argparse.Namespace) -> None:
+    from adapters.apex.pubsub_client import PubsubClient
+
+    async def run() -> dict[str, float]:
+        client = await PubsubClient.connect("127.0.0.1", args.port, f"pub@{DOMAIN}")
+        sent, began = 0, time.perf_counter()
+        stop = began + args.seconds
+        if args.rate:
+            gap = 1.0 / args.rate
+            while (now := time.perf_counter()) < stop:
+                await client.publish(TOPIC, _stamp(sent))
+                sent += 1
+                ahead = began + sent * gap - time.perf_counter()
+                if ahead > 0:
+                    await asyncio.sleep(ahead)  # pacing the load, not waiting for an event
+        else:
+            async def worker() -> None:
+                nonlocal sent
+                while time.perf_counter() < stop:
+                    await client.publish(TOPIC, _stamp(sent))
+                    sent += 1
+            await asyncio.gather(*(worker() for _ in range(args.window)))
+        elapsed = time.perf_counter() - began
+        await client.publish(TOPIC, b"!" + b"x" * (SIZE - 1))  # end marker
+        await client.close()
+        return {"sent": sent, "elapsed": elapsed}
+
+    json.dump(asyncio.run(run()), sys.stdout)
+
+
+def _case(port: int, subscribers: int, seconds: float, rate: int, window: int) -> dict[str, float]:
+    here = [sys.executable, "-m", "ops.bench.bench_pubsub", "--port", str(port)]
+    subs = subprocess.Popen([*here, "--as-subscribers", "--subscribers", str(subscribers)],
+                            stdout=subprocess.PIPE, cwd=ROOT, text=True)
+    assert subs.stdout is not None
+    if subs.stdout.readline().strip() != "ready":
+        raise SystemExit("subscriber process failed to start")
+    pub = subprocess.run([*here, "--as-publisher", "--seconds", str(seconds), "--rate", str(rate),
+                          "--window", str(window)], capture_output=True, text=True, cwd=ROOT,
+                         timeout=seconds + 300)
+    if pub.returncode:
+        raise SystemExit(f"publisher failed: {pub.stderr[-2000:]}")
+    sent = json.loads(pub.stdout)
+    out, _ = subs.communicate(timeout=seconds + 300)
+    per_sub: list[list[float]] = json.loads(out.splitlines()[-1])
+    lat = [x for sub in per_sub for x in sub]
+    p50, p99 = _pcts(lat)
+    delivered = min(len(s) for s in per_sub)
+    return {"sent": sent["sent"], "msgs_per_s": delivered / sent["elapsed"],
+            "deliveries_per_s": len(lat) / sent["elapsed"], "p50": p50, "p99": p99,
+            "complete": float(all(len(s) == sent["sent"] for s in per_sub))}
+
+
+def _raw(bootstrap: str, seconds: float, rate: int) -> dict[str, float]:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    from broker.kafka_io import DEFAULT_LINGER_MS, KafkaConfig, ensure_topics
+
+    topic = f"rawbench{uuid.uuid4().hex[:8]}"
+    ensure_topics(KafkaConfig(bootstrap=bootstrap), {topic: (1, {})})
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "acks": "all", "linger.ms": DEFAULT_LINGER_MS})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": topic,
+                         "enable.auto.commit": False, "fetch.wait.max.ms": 2})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    lat: list[float] = []
+    got = 0
+    done = threading.Event()
+
+    def consume() -> None:
+        nonlocal got
+        while not done.is_set():
+            for m in consumer.consume(1000, 0.1):
+                if m.error() is None:
+                    value = m.value() or b""
+                    lat.append(_age_ms(value))
+                    got += 1
+    reader = threading.Thread(target=consume)
+    reader.start()
+    sent, began = 0, time.perf_counter()
+    while time.perf_counter() - began < seconds:
+        producer.produce(topic, _stamp(sent))
+        sent += 1
+        producer.poll(0)
+        if rate:
+            ahead = began + sent / rate - time.perf_counter()
+            if ahead > 0:
+                time.sleep(ahead)
+    producer.flush(60)
+    deadline = time.monotonic() + 60
+    while got < sent and time.monotonic() < deadline:
+        time.sleep(0.01)
+    elapsed = time.perf_counter() - began
+    done.set()
+    reader.join()
+    consumer.close()
+    p50, p99 = _pcts(lat)
+    return {"sent": sent, "msgs_per_s": got / elapsed, "p50": p50, "p99": p99}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--bootstrap", help="an existing Kafka (default: start a throwaway one)")
+    ap.add_argument("--seconds", type=float, default=10.0, help="per phase (default: 10)")
+    ap.add_argument("--window", type=int, default=64,
+                    help="publications in flight in the flat-out phase (default: 64)")
+    ap.add_argument("--subscriber-counts", default="10,100")
+    ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--as-subscribers", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--as-publisher", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--namespace", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--subscribers", type=int, default=10, help=argparse.SUPPRESS)
+    ap.add_argument("--rate", type=int, default=0, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.serve:
+        _serve(args)
+        return 0
+    if args.as_subscribers:
+        _subscribers(args)
+        return 0
+    if args.as_publisher:
+        _publisher(args)
+        return 0
+
+    kafka = None
+    bootstrap = args.bootstrap
+    if bootstrap is None:
+        from ops.kafka_local import LocalKafka
+
+        kafka = LocalKafka(Path(tempfile.mkdtemp(prefix="apexps-bench-")))
+        bootstrap = kafka.start().bootstrap
+    try:
+        print(f"publish→deliver, {SIZE}-octet messages, {args.seconds:g} s per phase,"
+              f" {os.cpu_count()} CPUs, Kafka {bootstrap}")
+        raw_paced = _raw(bootstrap, args.seconds, 1000)
+        raw_flat = _raw(bootstrap, args.seconds, 0)
+        print(f"raw confluent-kafka: paced 1,000/s p50 {raw_paced['p50']:.2f} ms p99"
+              f" {raw_paced['p99']:.2f} ms; flat out {raw_flat['msgs_per_s']:,.0f} msgs/s",
+              flush=True)
+        for count in (int(c) for c in args.subscriber_counts.split(",")):
+            namespace = f"bench{uuid.uuid4().hex[:8]}"
+            server = subprocess.Popen(
+                [sys.executable, "-m", "ops.bench.bench_pubsub", "--serve", "--bootstrap",
+                 bootstrap, "--namespace", namespace], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, cwd=ROOT, text=True)
+            assert server.stdout is not None and server.stdin is not None
+            port = int(server.stdout.readline())
+            try:
+                _create_topic(port)
+                paced = _case(port, count, args.seconds, 1000, 1)
+                flat = _case(port, count, args.seconds, 0, args.window)
+            finally:
+                server.stdin.close()
+                server.wait(timeout=120)
+            ratio = flat["msgs_per_s"] / raw_flat["msgs_per_s"]
+            print(f"{count:>3} subscribers: paced 1,000/s p50 {paced['p50']:.2f} ms p99"
+                  f" {paced['p99']:.2f} ms (target p99 < 20 ms at 10)"
+                  f"{'' if paced['complete'] else ' INCOMPLETE'}; flat out"
+                  f" {flat['msgs_per_s']:,.0f} msgs/s = {flat['deliveries_per_s']:,.0f}"
+                  f" deliveries/s, p99 {flat['p99']:.1f} ms; ratio to raw {ratio:.2f}×"
+                  f" (target ≥ 0.25×){'' if flat['complete'] else ' INCOMPLETE'}", flush=True)
+    finally:
+        if kafka is not None:
+            kafka.stop()
+    return 0
+
+
+def _create_topic(port: int) -> None:
+    from adapters.apex.pubsub_client import PubsubClient
+
+    async def run() -> None:
+        client = await PubsubClient.connect("127.0.0.1", port, f"admin@{DOMAIN}")
+        await client.create_topic(TOPIC)
+        await client.close()
+
+    asyncio.run(run())
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
