@@ -102,12 +102,16 @@ from broker._access_rules import (
     subscriber_entry_id,
     validate_entry,
 )
+from broker.codec import Codec, default_codec
 from broker.errors import AccessDenied, ApexpsError, ConfigError, InvalidParameter
+from broker.kafka_io import KafkaConfig, KafkaProducer
 from broker.names import validate_topic
 from broker.records import AccessEffect, AccessEntry, now_ms
+from broker.registry import Registry
 from broker.xml_safe import UnsafeXml, parse_hardened
 
 __all__ = [
+    "CLI_PREFIX",
     "DEFAULT_CACHE_SIZE",
     "DEFAULT_REFRESH_INTERVAL_S",
     "FILE_PREFIX",
@@ -121,6 +125,7 @@ __all__ = [
     "AccessStore",
     "OriginatorPattern",
     "Token",
+    "access_registry",
     "escape_endpoint",
     "match_originator",
     "parse_config",
@@ -139,6 +144,16 @@ DEFAULT_CACHE_SIZE = 65_536
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
 
 FILE_PREFIX = "file:"
+#: Entries made on the command line (`apexps access allow|deny`).
+CLI_PREFIX = "cli:"
+
+
+def access_registry(config: KafkaConfig, producer: KafkaProducer,
+                    codec: Codec | None = None) -> Registry[AccessEntry]:
+    """The access registry as BrokerCore opens it, for processes that need only this one
+    (the CLI); not yet loaded."""
+    return Registry(config, producer, codec or default_codec(), role="access",
+                    schema="access_entry", from_avro=AccessEntry.from_avro)
 
 
 # --- the control --------------------------------------------------------------------------

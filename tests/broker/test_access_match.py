@@ -468,6 +468,7 @@ def test_cached_answers_equal_fresh_ones(ops: list[tuple[str, object]]) -> None:
             assert isinstance(arg, str)
             control.remove(arg)
         else:
-            originator, token, topic = arg  # type: ignore[misc]
+            assert isinstance(arg, tuple)
+            originator, token, topic = arg
             fresh = AccessIndex(list(store)).allowed(originator, token, topic)
             assert control.allowed(originator, token, topic) is fresh
