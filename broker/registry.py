@@ -3,16 +3,30 @@
 A registry maps a key to the newest record written under it; deleting writes a tombstone, which
 compaction later drops. `put` returns only after Kafka has the record, and only then changes the
 in-memory view, so what a caller was told and what a restart rebuilds always agree.
+
+Other processes may write the same topic (the `apexps access` CLI does while a broker runs).
+`refresh()` reads only what was appended after the offsets the last `load()`/`refresh()` reached
+and applies it. Kafka's order decides between writers: the view remembers, per key, the offset
+of the record it reflects and never replaces it with an older one, so a `put` racing a
+`refresh` that is still applying earlier records cannot be undone by them. `version` rises on
+every change of the view, and `watch` tells a listener about each change as it is applied, so
+derived state (the access index) follows without rebuilding.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from broker.codec import Codec
-from broker.kafka_io import KafkaConfig, KafkaProducer, partition_count, read_partition
+from broker.kafka_io import (
+    KafkaConfig,
+    KafkaProducer,
+    StoredRecord,
+    partition_count,
+    read_partition,
+)
 
 __all__ = ["Registry"]
 
@@ -27,6 +41,18 @@ class _Keyed(Protocol):
 T = TypeVar("T", bound=_Keyed)
 
 
+class _Change(NamedTuple, Generic[T]):
+    """One decoded record: `item` None is a tombstone."""
+
+    key: str
+    offset: int
+    item: T | None
+
+
+#: Told (key, item) after each change of a registry's view; item None means the key is gone.
+Watcher = Callable[[str, T | None], None]
+
+
 class Registry(Generic[T]):
     def __init__(self, config: KafkaConfig, producer: KafkaProducer, codec: Codec, *,
                  role: str, schema: str, from_avro: Callable[[dict[str, Any]], T]) -> None:
@@ -37,38 +63,109 @@ class Registry(Generic[T]):
         self._schema = schema
         self._from_avro = from_avro
         self._items: dict[str, T] = {}
+        #: key -> offset of the record the view reflects for it (tombstones included), so an
+        #: older record read late never overwrites a newer one.
+        self._offsets: dict[str, int] = {}
+        #: partition -> offset after the last record read; None: nothing read yet.
+        self._next: dict[int, int | None] = {}
+        self._watchers: list[Watcher[T]] = []
         self._lock = threading.Lock()
+        #: Rises whenever the view changes (load, put, delete, or a refresh that applied records).
+        self.version = 0
+
+    def watch(self, watcher: Watcher[T]) -> None:
+        """Tell `watcher` about every item now in the view, then about each change, in Kafka
+        order. It runs under the registry's lock on whichever thread made the change (a
+        caller of put/delete, or the one refreshing), so it must be quick and must not call
+        back into the registry."""
+        with self._lock:
+            for key, item in self._items.items():
+                watcher(key, item)
+            self._watchers.append(watcher)
+
+    def _set(self, change: _Change[T]) -> bool:
+        """Apply `change` (lock held) unless the view reflects that offset or a newer one."""
+        if self._offsets.get(change.key, -1) >= change.offset:
+            return False
+        self._offsets[change.key] = change.offset
+        if change.item is None:
+            if self._items.pop(change.key, None) is None:
+                return False
+        else:
+            self._items[change.key] = change.item
+        self.version += 1
+        for watcher in self._watchers:
+            watcher(change.key, change.item)
+        return True
 
     def load(self) -> int:
+        """Read the whole topic, replacing the view; returns how many keys it holds."""
         items: dict[str, T] = {}
+        offsets: dict[str, int] = {}
+        ends: dict[int, int | None] = {}
         for part in range(partition_count(self._config, self.topic)):
+            ends[part] = None
             for rec in read_partition(self._config, self.topic, part):
-                if rec.key is None:
-                    continue
-                key = rec.key.decode()
-                if rec.value is None:
-                    items.pop(key, None)
-                else:
-                    _, data = self._codec.decode(rec.value, expect=self._schema)
-                    items[key] = self._from_avro(data)
+                ends[part] = rec.position.offset + 1
+                change = self._decode(rec)
+                if change is not None and offsets.get(change.key, -1) < change.offset:
+                    offsets[change.key] = change.offset
+                    if change.item is None:
+                        items.pop(change.key, None)
+                    else:
+                        items[change.key] = change.item
         with self._lock:
-            self._items = items
+            old = self._items
+            self._items, self._offsets, self._next = items, offsets, ends
+            self.version += 1
+            for key in old.keys() | items.keys():
+                if old.get(key) != items.get(key):
+                    for watcher in self._watchers:
+                        watcher(key, items.get(key))
         return len(items)
+
+    def refresh(self) -> int:
+        """Apply records appended since the last load/refresh (by any process); returns how
+        many changed the view. Costs one watermark query per partition when nothing changed."""
+        if not self._next:
+            self.load()
+            return len(self._items)
+        changed = 0
+        for part, start in list(self._next.items()):
+            records = list(read_partition(self._config, self.topic, part, start))
+            if not records:
+                continue
+            # Decode everything first: a record that does not decode raises with nothing applied.
+            changes = [c for c in map(self._decode, records) if c is not None]
+            with self._lock:
+                changed += sum(self._set(c) for c in changes)
+                end = records[-1].position.offset + 1
+                self._next[part] = max(end, self._next.get(part) or 0)
+        return changed
+
+    def _decode(self, rec: StoredRecord) -> _Change[T] | None:
+        if rec.key is None:
+            return None
+        item = None
+        if rec.value is not None:
+            _, data = self._codec.decode(rec.value, expect=self._schema)
+            item = self._from_avro(data)
+        return _Change(rec.key.decode(), rec.position.offset, item)
 
     def put(self, item: T) -> T:
         value = self._codec.encode(self._schema, item.to_avro())  # invalid: raises, writes nothing
-        self._producer.produce_sync(self.topic, item.key.encode(), value)
+        pos = self._producer.produce_sync(self.topic, item.key.encode(), value)
         with self._lock:
-            self._items[item.key] = item
+            self._set(_Change(item.key, pos.offset, item))
         return item
 
     def delete(self, key: str) -> bool:
         with self._lock:
             if key not in self._items:
                 return False
-        self._producer.produce_sync(self.topic, key.encode(), None)
+        pos = self._producer.produce_sync(self.topic, key.encode(), None)
         with self._lock:
-            self._items.pop(key, None)
+            self._set(_Change(key, pos.offset, None))
         return True
 
     def get(self, key: str) -> T | None:

@@ -19,6 +19,7 @@ from . import logs
 COMMAND_MODULES = (
     "adapters.cli.run_cmd",
     "adapters.cli.kafka_cmd",
+    "adapters.cli.access_cmd",
     "adapters.cli.selector_cmd",
     "adapters.cli.bench_cmd",
     "adapters.cli.client_cmd",
