@@ -25,7 +25,8 @@ log = structlog.get_logger(__name__)
 
 
 async def _connect(args: argparse.Namespace) -> PubsubClient:
-    return await PubsubClient.connect(*args.server, args.endpoint)
+    host, port = args.server
+    return await PubsubClient.connect(host, port, args.endpoint)
 
 
 async def _topic(args: argparse.Namespace) -> int:

@@ -12,11 +12,11 @@ Two phases per subscriber count:
 * paced: the publisher sends 1,000 msgs/s (each awaited: `ok` means durable) for `--seconds`;
   p50/p99 publish→deliver latency is the figure the target names (p99 < 20 ms, 10 subscribers);
 * flat out: the publisher keeps `--window` publications in flight; the rate at which messages
-  reach subscribers (messages/s, and deliveries/s = messages × subscribers).
+  reach subscribers (messages/s, and deliveries/s = messages x subscribers).
 
 Raw: a confluent-kafka producer (idempotent, acks=all, same linger) and one consumer on a
 topic of the same Kafka, paced at 1,000 msgs/s and flat out; its end-to-end message rate is the
-ratio's denominator (target: pubsub ≥ 0.25× raw).
+ratio's denominator (target: pubsub ≥ 0.25x raw).
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def _publisher(args: argparse.Namespace) -> None:
         stop = began + args.seconds
         if args.rate:
             gap = 1.0 / args.rate
-            while (now := time.perf_counter()) < stop:
+            while time.perf_counter() < stop:
                 await client.publish(TOPIC, _stamp(sent))
                 sent += 1
                 ahead = began + sent * gap - time.perf_counter()
@@ -145,7 +145,7 @@ def _case(port: int, subscribers: int, seconds: float, rate: int, window: int) -
         raise SystemExit("subscriber process failed to start")
     pub = subprocess.run([*here, "--as-publisher", "--seconds", str(seconds), "--rate", str(rate),
                           "--window", str(window)], capture_output=True, text=True, cwd=ROOT,
-                         timeout=seconds + 300)
+                         timeout=seconds + 300, check=False)
     if pub.returncode:
         raise SystemExit(f"publisher failed: {pub.stderr[-2000:]}")
     sent = json.loads(pub.stdout)
@@ -266,8 +266,8 @@ def main(argv: list[str] | None = None) -> int:
                   f" {paced['p99']:.2f} ms (target p99 < 20 ms at 10)"
                   f"{'' if paced['complete'] else ' INCOMPLETE'}; flat out"
                   f" {flat['msgs_per_s']:,.0f} msgs/s = {flat['deliveries_per_s']:,.0f}"
-                  f" deliveries/s, p99 {flat['p99']:.1f} ms; ratio to raw {ratio:.2f}×"
-                  f" (target ≥ 0.25×){'' if flat['complete'] else ' INCOMPLETE'}", flush=True)
+                  f" deliveries/s, p99 {flat['p99']:.1f} ms; ratio to raw {ratio:.2f}x"
+                  f" (target ≥ 0.25x){'' if flat['complete'] else ' INCOMPLETE'}", flush=True)
     finally:
         if kafka is not None:
             kafka.stop()
