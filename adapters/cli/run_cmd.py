@@ -13,6 +13,7 @@ import structlog
 from adapters.cli.client_cmd import DEFAULT_APEX_PORT
 from adapters.cli.paths import default_data_dir
 from broker.core import BrokerCore
+from broker.errors import ConfigError
 from broker.kafka_io import KafkaConfig
 
 log = structlog.get_logger(__name__)
@@ -30,7 +31,17 @@ def _listen_address(text: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
-async def _serve_async(config: KafkaConfig, listen: tuple[str, int], domain: str) -> int:
+def _peer(text: str) -> tuple[str, str, int]:
+    domain, sep, address = text.partition("=")
+    if not sep or not domain:
+        raise argparse.ArgumentTypeError(f"expected DOMAIN=HOST:PORT, got {text!r}")
+    host, port = _listen_address(address)
+    return domain.lower(), host, port
+
+
+async def _serve_async(config: KafkaConfig, listen: tuple[str, int], domain: str, *,
+                       peers: list[tuple[str, str, int]] | None = None,
+                       accept_peers: list[str] | None = None) -> int:
     """Open the core, serve APEX until SIGINT/SIGTERM, then close both in order."""
     from adapters.apex import Relay
     from adapters.apex.server import ApexServer
@@ -41,9 +52,13 @@ async def _serve_async(config: KafkaConfig, listen: tuple[str, int], domain: str
         loop.add_signal_handler(sig, stop.set)
     core = BrokerCore(config)
     report = await asyncio.to_thread(core.open)  # blocking Kafka reads
-    server = ApexServer(Relay(domain=domain), host=listen[0], port=listen[1])
+    accepted = frozenset(d.lower() for d in accept_peers or ())
+    relay = Relay(domain=domain, may_bind=lambda _ref, peer: peer in accepted)
+    server = ApexServer(relay, host=listen[0], port=listen[1])
     try:
         await server.start()
+        for peer_domain, host, port in peers or ():
+            server.connect_peer(peer_domain, host, port)
         print(f"apex: {server.host}:{server.port} (domain {domain})", flush=True)
         log.info("broker ready; Ctrl-C stops it", bootstrap=config.bootstrap,
                  listen=f"{server.host}:{server.port}", domain=domain,
@@ -58,7 +73,11 @@ async def _serve_async(config: KafkaConfig, listen: tuple[str, int], domain: str
 
 
 def _serve(args: argparse.Namespace, bootstrap: str) -> int:
-    return asyncio.run(_serve_async(_config(args, bootstrap), args.listen, args.domain))
+    for peer_domain, _, _ in args.peer:
+        if peer_domain == args.domain.lower():
+            raise ConfigError(f"--peer {peer_domain}=…: that is this relay's own --domain")
+    return asyncio.run(_serve_async(_config(args, bootstrap), args.listen, args.domain,
+                                    peers=args.peer, accept_peers=args.accept_peer))
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -87,6 +106,14 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "RFC 3340's apex-edge port 912 needs root)")
     p.add_argument("--domain", default="example.com",
                    help="the APEX domain this relay serves (default: %(default)s)")
+    p.add_argument("--peer", type=_peer, action="append", default=[],
+                   metavar="DOMAIN=HOST:PORT",
+                   help="keep a relay-relay link to DOMAIN's relay at HOST:PORT: bind to it as "
+                        "--domain and send DOMAIN's data over it; retried with backoff while "
+                        "down (repeatable; RFC 3340 §4.4.2)")
+    p.add_argument("--accept-peer", action="append", default=[], metavar="DOMAIN",
+                   help="let a relay bind to us for DOMAIN (its data must originate in "
+                        "DOMAIN); nobody may by default (repeatable; RFC 3340 §4.5.2)")
     p.add_argument("--namespace", default="apexps",
                    help="prefix of the Kafka topics apexps owns (default: %(default)s)")
     p.add_argument("--journal-partitions", type=int, default=3,
