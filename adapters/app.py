@@ -31,8 +31,14 @@ DEFAULT_ACCESS_ID = "default:local-domain"
 class BrokerApp:
     def __init__(self, config: KafkaConfig, *, domain: str = "example.com",
                  host: str = "127.0.0.1", port: int = 0,
-                 access_file: str | Path | None = None) -> None:
+                 access_file: str | Path | None = None,
+                 peers: list[tuple[str, str, int]] | None = None,
+                 accept_peers: list[str] | None = None) -> None:
+        """`peers`: (domain, host, port) of relays to keep a link to (relay-relay mode);
+        `accept_peers`: domains whose relays may bind to us."""
         self.config, self.domain = config, domain.lower()
+        self.peers = list(peers or ())
+        self.accept_peers = frozenset(d.lower() for d in accept_peers or ())
         self.host, self.port, self.access_file = host, port, access_file
         self.core = BrokerCore(config)
         self.report: OpenReport | None = None
@@ -43,7 +49,8 @@ class BrokerApp:
         await asyncio.to_thread(self._provision_access)
         self.access.start_following()
         self.service = PubsubService(self.core, self.access, self.domain)
-        self.relay = Relay(domain=self.domain)
+        accepted = self.accept_peers
+        self.relay = Relay(domain=self.domain, may_bind=lambda _ref, peer: peer in accepted)
         self.server = ApexServer(self.relay, host=self.host, port=self.port)
         self.handler = PubsubHandler(self.service, self.core.journal, self.server.send)
         self.relay.register_service(SERVICE, self.handler)
@@ -53,6 +60,8 @@ class BrokerApp:
         self.handler.start()
         await self.server.start()
         self.port = self.server.port
+        for peer_domain, host, port in self.peers:
+            self.server.connect_peer(peer_domain, host, port)
 
     def _provision_access(self) -> None:
         if self.access_file is not None:

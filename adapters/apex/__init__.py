@@ -31,7 +31,7 @@ from ._errors import (
 )
 from ._relay import ChannelRef, Delivery, Outcome, Relay, ServiceHandler
 from .client import ApexClient
-from .server import ApexServer
+from .server import ApexServer, PeerLink
 
 __all__ = [
     "APEX_PROFILE",
@@ -52,6 +52,7 @@ __all__ = [
     "OptionNotImplemented",
     "Outcome",
     "ParameterSyntaxError",
+    "PeerLink",
     "Relay",
     "ServiceHandler",
     "TargetHop",

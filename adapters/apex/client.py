@@ -26,7 +26,18 @@ from adapters.beep import (
 )
 from broker.errors import ApexpsError, NotTaken, ServiceNotAvailable
 
-from ._codec import APEX_PROFILE, Attach, Data, Error, Ok, Operation, Terminate, decode, encode
+from ._codec import (
+    APEX_PROFILE,
+    Attach,
+    Bind,
+    Data,
+    Error,
+    Ok,
+    Operation,
+    Terminate,
+    decode,
+    encode,
+)
 from ._endpoint import Endpoint
 from .server import READ_SIZE
 
@@ -145,6 +156,15 @@ class ApexClient:
         target = Endpoint.parse(endpoint) if isinstance(endpoint, str) else endpoint
         await self._request(Attach(target, trans_id))
         return trans_id
+
+    async def bind(self, domain: str, trans_id: int | None = None) -> int:
+        """Bind as the relay of `domain` (RFC 3340 §4.4.2); return the transaction-identifier.
+
+        For tools and tests that play a relay: apexps relays link with
+        `ApexServer.connect_peer`. `trans_id` defaults to the next unused one."""
+        chosen = next(self._trans_ids) if trans_id is None else trans_id
+        await self._request(Bind(domain, chosen))
+        return chosen
 
     async def terminate(self, trans_id: int = 0) -> None:
         """Release one attachment (0: all of them)."""

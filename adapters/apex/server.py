@@ -7,12 +7,20 @@ bound through structlog's contextvars. Limits: reads of at most `READ_SIZE` octe
 decoder bounds what it keeps), a connection whose unsent output passes `max_outbound` is dropped
 (a reader that does not read must not make us buffer without end), and one that has not greeted
 within `greeting_timeout` seconds is closed.
+
+Relay-relay links (RFC 3340 §4.4.2): `connect_peer(domain, host, port)` keeps a BEEP session
+to another relay open, as its initiator, starting one APEX channel with a piggybacked
+`<bind relay='OUR DOMAIN' />` (§4.2). Once the peer answers `ok` the channel is the relay's route
+to `domain`; the session sits in the same table as accepted ones, so deliveries and MSGs from the
+peer take the same paths. A lost or refused link is retried with capped exponential backoff;
+while it is down there is no route, so data for that domain fails at once with 550.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 
@@ -21,9 +29,12 @@ import structlog
 from adapters.beep import (
     BeepConfig,
     BeepConnection,
+    ChannelStarted,
+    ChannelStartRefused,
     ChannelStartRequested,
     CloseRequested,
     ErrorReplyReceived,
+    GreetingReceived,
     MessageReceived,
     Profile,
     ProtocolViolation,
@@ -32,10 +43,29 @@ from adapters.beep import (
 )
 from broker.errors import ApexpsError
 
-from ._codec import APEX_PROFILE, Data, Error, Ok, Operation, decode, encode, encode_xml
+from ._codec import (
+    APEX_PROFILE,
+    BEEP_XML,
+    Bind,
+    Data,
+    Error,
+    Ok,
+    Operation,
+    decode,
+    encode,
+    encode_xml,
+)
 from ._relay import ChannelRef, Delivery, Outcome, Relay
 
-__all__ = ["DEFAULT_GREETING_TIMEOUT", "DEFAULT_MAX_OUTBOUND", "READ_SIZE", "ApexServer"]
+__all__ = [
+    "DEFAULT_GREETING_TIMEOUT",
+    "DEFAULT_MAX_OUTBOUND",
+    "DEFAULT_PEER_BACKOFF",
+    "DEFAULT_PEER_BACKOFF_MAX",
+    "READ_SIZE",
+    "ApexServer",
+    "PeerLink",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -45,6 +75,48 @@ DEFAULT_GREETING_TIMEOUT = 10.0
 DEFAULT_MAX_OUTBOUND = 8 * 1024 * 1024
 #: Octets asked of the socket per read.
 READ_SIZE = 64 * 1024
+#: Seconds before the first retry of a lost peer link; each failure doubles it ...
+DEFAULT_PEER_BACKOFF = 0.5
+#: ... up to this, so a relay that is down for hours costs one connection attempt a minute.
+DEFAULT_PEER_BACKOFF_MAX = 60.0
+
+
+@dataclass(slots=True)
+class PeerLink:
+    """The outbound link to the relay of `domain` that `ApexServer.connect_peer` keeps.
+
+    `ref` is the bound channel while the link is up (None while down); `failures` counts the
+    attempts since it was last up, `last_error` says what the last one met."""
+
+    domain: str
+    host: str
+    port: int
+    backoff: float = DEFAULT_PEER_BACKOFF
+    backoff_max: float = DEFAULT_PEER_BACKOFF_MAX
+    ref: ChannelRef | None = None
+    failures: int = 0
+    last_error: str = ""
+    task: asyncio.Task[None] | None = None
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def is_up(self) -> bool:
+        return self.ref is not None
+
+    def _touch(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_for(self, condition: Callable[[PeerLink], bool]) -> None:
+        """Return once `condition(link)` holds (checked on every change of the link)."""
+        while not condition(self):
+            await self._changed.wait()
+
+    async def wait_up(self) -> None:
+        await self.wait_for(lambda link: link.is_up)
+
+    async def wait_down(self) -> None:
+        await self.wait_for(lambda link: not link.is_up)
 
 
 @dataclass(slots=True)
@@ -57,6 +129,8 @@ class _Session:
     #: per channel, the task that sends the latest reply still waiting for a service: BEEP
     #: wants a channel's replies in the order of its MSGs (RFC 3080 §2.6.1)
     waiting: dict[int, asyncio.Task[None]] = field(default_factory=dict)
+    #: set on a session we opened to another relay (`connect_peer`)
+    link: PeerLink | None = None
 
 
 class ApexServer:
@@ -72,6 +146,7 @@ class ApexServer:
         self._sessions: dict[int, _Session] = {}
         self._numbers = itertools.count(1)
         self._server: asyncio.Server | None = None
+        self._links: dict[str, PeerLink] = {}
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._serve, self.host, self.port)
@@ -79,6 +154,7 @@ class ApexServer:
         log.info("apex server listening", host=self.host, port=self.port)
 
     async def close(self) -> None:
+        await self._stop_links()
         if self._server is not None:
             self._server.close()
             for session in list(self._sessions.values()):
@@ -129,6 +205,10 @@ class ApexServer:
                                 violation_channel=event.channel, terminate=event.terminate)
                     if event.terminate:
                         return
+                elif isinstance(event, GreetingReceived) and session.link is not None:
+                    self._link_greeted(session, event)
+                elif isinstance(event, ChannelStarted | ChannelStartRefused) and session.link:
+                    self._link_started(session, event)
                 elif isinstance(event, ChannelStartRequested):
                     self._start(session, event)
                 elif isinstance(event, MessageReceived):
@@ -252,3 +332,122 @@ class ApexServer:
         self._flush(session)
         if not session.writer.is_closing():
             await session.writer.drain()
+
+    # --- relay-relay links (RFC 3340 §4.4.2, §4.5.2) --------------------------------------
+
+    def connect_peer(self, domain: str, host: str, port: int, *,
+                     backoff: float = DEFAULT_PEER_BACKOFF,
+                     backoff_max: float = DEFAULT_PEER_BACKOFF_MAX) -> PeerLink:
+        """Keep a link to the relay serving `domain` at `host:port` until `close()`: bind to it
+        as our domain and route `domain`'s data over it. Returns at once; see `PeerLink`."""
+        domain = domain.lower()
+        if domain in self._links:
+            raise ValueError(f"already linked to {domain}")
+        if domain == self.relay.domain:
+            raise ValueError(f"{domain} is this relay's own domain")
+        link = PeerLink(domain, host, port, backoff, backoff_max)
+        link.task = asyncio.create_task(self._keep_link(link), name=f"peer-link-{domain}")
+        self._links[domain] = link
+        return link
+
+    async def _stop_links(self) -> None:
+        links, self._links = list(self._links.values()), {}
+        for link in links:
+            if link.task is not None:
+                link.task.cancel()
+        for link in links:
+            if link.task is not None:
+                with suppress(asyncio.CancelledError):
+                    await link.task
+
+    async def _keep_link(self, link: PeerLink) -> None:
+        with structlog.contextvars.bound_contextvars(peer_domain=link.domain,
+                                                     peer=f"{link.host}:{link.port}"):
+            while True:
+                try:
+                    reader, writer = await asyncio.wait_for(
+                        asyncio.open_connection(link.host, link.port), self.greeting_timeout)
+                except (OSError, TimeoutError) as exc:
+                    link.last_error = f"connect: {type(exc).__name__}: {exc}"
+                else:
+                    await self._run_link(link, reader, writer)
+                link.failures += 1
+                delay = min(link.backoff_max, link.backoff * 2 ** (link.failures - 1))
+                log.info("peer link retry", attempt=link.failures, delay=delay,
+                         error=link.last_error)
+                link._touch()
+                await asyncio.sleep(delay)
+
+    async def _run_link(self, link: PeerLink, reader: asyncio.StreamReader,
+                        writer: asyncio.StreamWriter) -> None:
+        session = _Session(next(self._numbers), f"{link.host}:{link.port}",
+                           BeepConnection(Role.INITIATOR, self.config, [APEX_PROFILE]), writer,
+                           link=link)
+        self._sessions[session.number] = session
+        log.info("peer link connected")
+        # A peer that greets but never answers our start must not hold the link forever.
+        watchdog = asyncio.get_running_loop().call_later(
+            2 * self.greeting_timeout, lambda: None if link.is_up else writer.close())
+        try:
+            session.conn.send_greeting()
+            self._flush(session)
+            await self._read_loop(session, reader)
+            link.last_error = link.last_error or "the peer ended the session"
+        except (ConnectionError, TimeoutError) as exc:
+            link.last_error = f"lost: {type(exc).__name__}"
+        except asyncio.CancelledError:
+            link.last_error = "stopped"
+            raise
+        finally:
+            watchdog.cancel()
+            for task in session.waiting.values():
+                task.cancel()
+            for channel in session.channels:
+                self.relay.channel_closed(ChannelRef(session.number, channel))
+            del self._sessions[session.number]
+            writer.close()
+            if link.ref is not None:
+                link.ref = None
+                if link.last_error == "stopped":
+                    log.info("peer link stopped")
+                else:
+                    log.warning("peer link down", error=link.last_error)
+            link._touch()
+
+    def _link_greeted(self, session: _Session, event: GreetingReceived) -> None:
+        link = session.link
+        assert link is not None
+        if APEX_PROFILE not in event.profiles:
+            link.last_error = "the peer does not offer APEX"
+            session.writer.close()
+            return
+        bind = encode_xml(Bind(self.relay.domain, 1))
+        session.conn.start_channel([Profile(APEX_PROFILE, bind)])
+
+    def _link_started(self, session: _Session,
+                      event: ChannelStarted | ChannelStartRefused) -> None:
+        link = session.link
+        assert link is not None
+        reply: Operation
+        if isinstance(event, ChannelStartRefused):
+            reply = Error(event.code, event.text)
+        elif not event.profile.content:
+            reply = Error(550, "the peer did not answer the piggybacked bind")
+        else:
+            try:
+                reply = decode(BEEP_XML, event.profile.content.encode("utf-8"))
+            except ApexpsError as exc:
+                reply = Error.from_exception(exc)
+        if not isinstance(reply, Ok):
+            code, text = (reply.code, reply.text) if isinstance(reply, Error) else (550, "")
+            link.last_error = f"bind refused: {code} {text}".strip()
+            log.warning("peer link refused", code=code, text=text)
+            session.writer.close()
+            return
+        assert isinstance(event, ChannelStarted)
+        session.channels.add(event.channel)
+        link.ref = ChannelRef(session.number, event.channel)
+        self.relay.add_route(link.domain, link.ref)
+        link.failures, link.last_error = 0, ""
+        log.info("peer link up", channel=event.channel)
+        link._touch()

@@ -12,6 +12,7 @@ import structlog
 
 from adapters.cli.client_cmd import DEFAULT_APEX_PORT
 from adapters.cli.paths import default_data_dir
+from broker.errors import ConfigError
 from broker.kafka_io import KafkaConfig
 
 log = structlog.get_logger(__name__)
@@ -29,6 +30,14 @@ def _listen_address(text: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
+def _peer(text: str) -> tuple[str, str, int]:
+    domain, sep, address = text.partition("=")
+    if not sep or not domain:
+        raise argparse.ArgumentTypeError(f"expected DOMAIN=HOST:PORT, got {text!r}")
+    host, port = _listen_address(address)
+    return domain.lower(), host, port
+
+
 async def _serve_async(args: argparse.Namespace, config: KafkaConfig) -> int:
     """Start the broker, serve APEX until SIGINT/SIGTERM, then stop everything in order."""
     from adapters.app import BrokerApp
@@ -38,7 +47,8 @@ async def _serve_async(args: argparse.Namespace, config: KafkaConfig) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     host, port = args.listen
-    app = BrokerApp(config, domain=args.domain, host=host, port=port, access_file=args.access)
+    app = BrokerApp(config, domain=args.domain, host=host, port=port, access_file=args.access,
+                    peers=args.peer, accept_peers=args.accept_peer)
     await app.start()
     try:
         print(f"apex: {app.host}:{app.port} (domain {app.domain})", flush=True)
@@ -56,6 +66,9 @@ async def _serve_async(args: argparse.Namespace, config: KafkaConfig) -> int:
 
 
 def _serve(args: argparse.Namespace, bootstrap: str) -> int:
+    for peer_domain, _, _ in args.peer:
+        if peer_domain == args.domain.lower():
+            raise ConfigError(f"--peer {peer_domain}=…: that is this relay's own --domain")
     return asyncio.run(_serve_async(args, _config(args, bootstrap)))
 
 
@@ -85,6 +98,14 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "RFC 3340's apex-edge port 912 needs root)")
     p.add_argument("--domain", default="example.com",
                    help="the APEX domain this relay serves (default: %(default)s)")
+    p.add_argument("--peer", type=_peer, action="append", default=[],
+                   metavar="DOMAIN=HOST:PORT",
+                   help="keep a relay-relay link to DOMAIN's relay at HOST:PORT: bind to it as "
+                        "--domain and send DOMAIN's data over it; retried with backoff while "
+                        "down (repeatable; RFC 3340 §4.4.2)")
+    p.add_argument("--accept-peer", action="append", default=[], metavar="DOMAIN",
+                   help="let a relay bind to us for DOMAIN (its data must originate in "
+                        "DOMAIN); nobody may by default (repeatable; RFC 3340 §4.5.2)")
     p.add_argument("--namespace", default="apexps",
                    help="prefix of the Kafka topics apexps owns (default: %(default)s)")
     p.add_argument("--journal-partitions", type=int, default=3,
