@@ -43,7 +43,7 @@ def test_help_lists_every_command_group() -> None:
     """`apexps --help` names each command a user needs and exits 0."""
     out = subprocess.run([sys.executable, "-m", "adapters.cli.main", "--help"],
                          capture_output=True, text=True, check=True).stdout
-    for command in ("up", "broker", "kafka", "selector", "bench", "send", "listen"):
+    for command in ("up", "broker", "kafka", "access", "selector", "bench", "send", "listen"):
         assert re.search(rf"^\s+{command}\s", out, re.M), command
 
 
