@@ -33,9 +33,12 @@ class BrokerApp:
                  host: str = "127.0.0.1", port: int = 0,
                  access_file: str | Path | None = None,
                  peers: list[tuple[str, str, int]] | None = None,
-                 accept_peers: list[str] | None = None) -> None:
+                 accept_peers: list[str] | None = None,
+                 redistribute: list[tuple[str, str]] | None = None) -> None:
         """`peers`: (domain, host, port) of relays to keep a link to (relay-relay mode);
-        `accept_peers`: domains whose relays may bind to us."""
+        `accept_peers`: domains whose relays may bind to us; `redistribute`: (topic, domain)
+        pairs this broker redistributes (draft §2.4)."""
+        self.redistribute = list(redistribute or ())
         self.config, self.domain = config, domain.lower()
         self.peers = list(peers or ())
         self.accept_peers = frozenset(d.lower() for d in accept_peers or ())
@@ -58,6 +61,9 @@ class BrokerApp:
             JournalFollower, self.config, self.core.codec, self.handler.forward_threadsafe)
         self.follower.start()
         self.handler.start()
+        for topic, origin in self.redistribute:
+            await asyncio.to_thread(self._prepare_redistribution, topic, origin)
+            self.handler.redistribute(topic, origin)
         await self.server.start()
         self.port = self.server.port
         for peer_domain, host, port in self.peers:
@@ -74,6 +80,19 @@ class BrokerApp:
                                         now_ms()))
             log.warning("no access file: every endpoint of the domain may do everything; "
                         "pass --access FILE for a real policy", domain=self.domain)
+
+    def _prepare_redistribution(self, topic: str, origin: str) -> None:
+        """Our topic of that name, and the origin's rights on it: configuring redistribution
+        is trusting the origin for that topic (forwarded requests, forwarded data)."""
+        if topic not in self.core.topics:
+            self.core.create_topic(topic, owner=f"{SERVICE}@{self.domain}")
+        now = now_ms()
+        self.access.put(AccessEntry(f"redistribute:{topic}@{origin}:requests",
+                                    f"{SERVICE}@{origin}", ("pubsub:subscribe", "pubsub:cancel"),
+                                    AccessEffect.ALLOW, now, topic))
+        self.access.put(AccessEntry(f"redistribute:{topic}@{origin}:data",
+                                    f"{SERVICE}/{topic}@{origin}", ("core:data",),
+                                    AccessEffect.ALLOW, now, topic))
 
     async def close(self) -> None:
         await self.server.close()

@@ -53,6 +53,10 @@ __all__ = ["SERVICE", "PubsubHandler"]
 log = structlog.get_logger(__name__)
 
 SERVICE = "apex=pubsub"
+#: How long a redistribution subscribe asks for; it is renewed at half that.
+REDISTRIBUTION_DURATION_S = 24 * 3600
+#: RFC 3340 §6.2: the report service's endpoint (local part).
+REPORT_SERVICE = "apex=report"
 #: RFC 3342 §4 / draft §3: forwarded data carries a hop limit so a loop between pubsub servers
 #: ends; a publication that arrives with one keeps what is left of it.
 DEFAULT_HOPS = 8
@@ -76,6 +80,13 @@ class PubsubHandler:
         self._forward_ids = itertools.count(1)
         #: transIDs of requests we forwarded to a redistributor -> (who asked, their transID)
         self._forwarded: dict[int, tuple[Endpoint, int]] = {}
+        #: transIDs of requests the service itself sent (redistribution) -> their reply
+        self._own: dict[int, asyncio.Future[Reply]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        #: reports (statusResponse data from apex=report) about data this service forwarded
+        self.reports: list[Data] = []
+        #: topic@domain -> the origin's last reply to our redistribution subscribe
+        self.redistributing: dict[str, Reply] = {}
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -83,10 +94,40 @@ class PubsubHandler:
         self._expiry_task = asyncio.create_task(self._expire_loop())
 
     async def close(self) -> None:
-        if self._expiry_task is not None:
-            self._expiry_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._expiry_task
+        for task in [self._expiry_task, *self._tasks]:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    def redistribute(self, topic: str, origin_domain: str) -> None:
+        """Redistribute `topic` of `origin_domain` here (§2.4): subscribe to it there as
+        `apex=pubsub/TOPIC@our-domain`, retrying until the origin answers 250 and renewing at
+        half the duration; its data then arrive as publications to our topic of that name."""
+        self._tasks.append(asyncio.create_task(self._redistribution(topic, origin_domain)))
+
+    async def _redistribution(self, topic: str, origin_domain: str) -> None:
+        me = Endpoint(SERVICE, self.service.domain, topic)
+        there = Endpoint(SERVICE, origin_domain.lower())
+        key, delay = f"{topic}@{there.domain}", 1.0
+        while True:
+            trans = next(self._forward_ids)
+            answer: asyncio.Future[Reply] = self._loop.create_future()
+            self._own[trans] = answer
+            request = Subscribe(me, topic, trans, REDISTRIBUTION_DURATION_S)
+            self._send(Data(me, (there,), _content_xml(request), BEEP_XML,
+                            content_ref="#Content"))
+            try:
+                reply = await asyncio.wait_for(answer, min(delay, 30.0))
+            except TimeoutError:
+                self._own.pop(trans, None)
+                delay = min(delay * 2, 30.0)  # no route yet, or the origin is down: retry
+                continue
+            self.redistributing[key] = reply
+            log.info("redistribution subscribe answered", topic=topic, origin=there.domain,
+                     code=reply.code, text=reply.text)
+            delay = 1.0
+            await asyncio.sleep(REDISTRIBUTION_DURATION_S / 2 if reply.code == 250 else 30.0)
 
     # --- the relay's ServiceHandler -----------------------------------------------------
 
@@ -95,13 +136,22 @@ class PubsubHandler:
             op = decode_pubsub(data.content)
             return asyncio.ensure_future(self._manage(data.originator, op))
         topic = recipient.subaddress
-        if data.originator.address == SERVICE and data.originator.domain != self.service.domain:
-            # Another pubsub server: either forwarding a request to us as redistributor, or
-            # forwarding a publication of its topic to us as its subscriber.
-            with contextlib.suppress(ApexpsError):
-                op = decode_pubsub(data.content)
-                if isinstance(op, Subscribe | Cancel | Reply):
-                    return asyncio.ensure_future(self._manage(data.originator, op))
+        origin = data.originator
+        if origin.address == REPORT_SERVICE:
+            # A relay's report about data we forwarded (e.g. dataHopping ran out, RFC 3342 §4).
+            self.reports.append(data)
+            log.info("delivery report", topic=topic, reporter=str(origin),
+                     report=data.content[:300].decode("utf-8", "replace"))
+            return ()
+        if (origin.address == SERVICE and origin.subaddress is None
+                and origin.domain != self.service.domain):
+            # Another domain's pubsub service (not one of its topics, whose data are
+            # publications): a request forwarded to us as redistributor (§4.5 step 4), or its
+            # reply to the subscribe we sent as redistributor.
+            op = decode_pubsub(data.content)
+            if not isinstance(op, Subscribe | Cancel | Reply):
+                raise ParameterSyntaxError("a pubsub service sends subscribe, cancel or reply")
+            return asyncio.ensure_future(self._manage(origin, op))
         return self._publish(data, topic)
 
     def _publish(self, data: Data, topic: str) -> asyncio.Future[Iterable[Data]]:
@@ -117,6 +167,8 @@ class PubsubHandler:
         return done
 
     async def _manage(self, originator: Endpoint, op: PubsubOperation) -> list[Data]:
+        if isinstance(op, Reply):
+            return self._pass_on(originator, op)
         async with self._lock:
             try:
                 answer = await asyncio.to_thread(self._apply, originator, op)
@@ -168,6 +220,11 @@ class PubsubHandler:
                     content_ref="#Content")
 
     def _pass_on(self, origin: Endpoint, reply: Reply) -> list[Data]:
+        mine = self._own.pop(reply.trans_id, None) if reply.trans_id else None
+        if mine is not None:
+            if not mine.done():
+                mine.set_result(reply)
+            return []
         asked = self._forwarded.pop(reply.trans_id, None) if reply.trans_id else None
         if asked is None:
             log.info("unsolicited pubsub reply dropped", originator=str(origin), code=reply.code)

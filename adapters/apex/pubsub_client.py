@@ -57,9 +57,12 @@ class Ended:
 
 
 class PubsubClient:
-    def __init__(self, client: ApexClient, endpoint: Endpoint) -> None:
+    def __init__(self, client: ApexClient, endpoint: Endpoint,
+                 service_domain: str | None = None) -> None:
+        """`service_domain`: whose apex=pubsub to use (default: our own domain's; another
+        domain's is reached through our relay's relay-relay links)."""
         self.client, self.endpoint = client, endpoint
-        self.service = Endpoint(SERVICE, endpoint.domain)
+        self.service = Endpoint(SERVICE, service_domain or endpoint.domain)
         self._trans_ids = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[Reply | TopicList]] = {}
         self._events: asyncio.Queue[Delivered | Ended | None] = asyncio.Queue()
@@ -67,7 +70,8 @@ class PubsubClient:
 
     @classmethod
     async def connect(cls, host: str, port: int, endpoint: Endpoint | str, *,
-                      timeout: float = DEFAULT_TIMEOUT) -> PubsubClient:
+                      timeout: float = DEFAULT_TIMEOUT,
+                      service_domain: str | None = None) -> PubsubClient:
         me = Endpoint.parse(endpoint) if isinstance(endpoint, str) else endpoint
         client = await ApexClient.connect(host, port, timeout)
         try:
@@ -75,7 +79,7 @@ class PubsubClient:
         except BaseException:
             await client.close()
             raise
-        return cls(client, me)
+        return cls(client, me, service_domain)
 
     async def close(self) -> None:
         self._task.cancel()
@@ -130,7 +134,7 @@ class PubsubClient:
     async def publish(self, topic: str, content: bytes,
                       content_type: str = "application/octet-stream") -> None:
         """Send to `apex=pubsub/TOPIC@domain`; returns once the broker holds it durably."""
-        to = Endpoint(SERVICE, self.endpoint.domain, topic)
+        to = Endpoint(SERVICE, self.service.domain, topic)
         await self.client.send(self.endpoint, [to], content, content_type)
 
     def _endpoint(self, who: Endpoint | str | None) -> Endpoint:

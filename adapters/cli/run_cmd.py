@@ -30,6 +30,13 @@ def _listen_address(text: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
+def _topic_at(text: str) -> tuple[str, str]:
+    topic, at, domain = text.rpartition("@")
+    if not at or not topic or not domain:
+        raise argparse.ArgumentTypeError(f"expected TOPIC@DOMAIN, got {text!r}")
+    return topic, domain.lower()
+
+
 def _peer(text: str) -> tuple[str, str, int]:
     domain, sep, address = text.partition("=")
     if not sep or not domain:
@@ -48,7 +55,8 @@ async def _serve_async(args: argparse.Namespace, config: KafkaConfig) -> int:
         loop.add_signal_handler(sig, stop.set)
     host, port = args.listen
     app = BrokerApp(config, domain=args.domain, host=host, port=port, access_file=args.access,
-                    peers=args.peer, accept_peers=args.accept_peer)
+                    peers=args.peer, accept_peers=args.accept_peer,
+                    redistribute=args.redistribute)
     await app.start()
     try:
         print(f"apex: {app.host}:{app.port} (domain {app.domain})", flush=True)
@@ -106,6 +114,11 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--accept-peer", action="append", default=[], metavar="DOMAIN",
                    help="let a relay bind to us for DOMAIN (its data must originate in "
                         "DOMAIN); nobody may by default (repeatable; RFC 3340 §4.5.2)")
+    p.add_argument("--redistribute", action="append", default=[], type=_topic_at,
+                   metavar="TOPIC@DOMAIN",
+                   help="redistribute DOMAIN's TOPIC here: subscribe to it there as"
+                        " apex=pubsub/TOPIC@--domain and forward its data to our own"
+                        " subscribers of TOPIC (needs a --peer link to DOMAIN; repeatable)")
     p.add_argument("--namespace", default="apexps",
                    help="prefix of the Kafka topics apexps owns (default: %(default)s)")
     p.add_argument("--journal-partitions", type=int, default=3,
