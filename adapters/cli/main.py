@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "adapters.cli.selector_cmd",
     "adapters.cli.bench_cmd",
     "adapters.cli.client_cmd",
+    "adapters.cli.security",
 )
 
 #: Exit codes: 0 success, 1 the operation failed (the peer or Kafka said no), 2 bad usage or

@@ -12,6 +12,7 @@ import structlog
 
 from adapters.cli.client_cmd import DEFAULT_APEX_PORT
 from adapters.cli.paths import default_data_dir
+from adapters.cli.security import add_server_options, server_security
 from broker.core import BrokerCore
 from broker.kafka_io import KafkaConfig
 
@@ -30,7 +31,8 @@ def _listen_address(text: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
-async def _serve_async(config: KafkaConfig, listen: tuple[str, int], domain: str) -> int:
+async def _serve_async(config: KafkaConfig, listen: tuple[str, int], domain: str,
+                       **security: Any) -> int:
     """Open the core, serve APEX until SIGINT/SIGTERM, then close both in order."""
     from adapters.apex import Relay
     from adapters.apex.server import ApexServer
@@ -41,7 +43,7 @@ async def _serve_async(config: KafkaConfig, listen: tuple[str, int], domain: str
         loop.add_signal_handler(sig, stop.set)
     core = BrokerCore(config)
     report = await asyncio.to_thread(core.open)  # blocking Kafka reads
-    server = ApexServer(Relay(domain=domain), host=listen[0], port=listen[1])
+    server = ApexServer(Relay(domain=domain), host=listen[0], port=listen[1], **security)
     try:
         await server.start()
         print(f"apex: {server.host}:{server.port} (domain {domain})", flush=True)
@@ -58,7 +60,9 @@ async def _serve_async(config: KafkaConfig, listen: tuple[str, int], domain: str
 
 
 def _serve(args: argparse.Namespace, bootstrap: str) -> int:
-    return asyncio.run(_serve_async(_config(args, bootstrap), args.listen, args.domain))
+    security = server_security(args)  # before Kafka: a bad certificate fails fast
+    return asyncio.run(_serve_async(_config(args, bootstrap), args.listen, args.domain,
+                                    **security))
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -91,6 +95,7 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="prefix of the Kafka topics apexps owns (default: %(default)s)")
     p.add_argument("--journal-partitions", type=int, default=3,
                    help="partitions of a new journal topic (default: %(default)s)")
+    add_server_options(p)
 
 
 def register(sub: Any) -> None:
