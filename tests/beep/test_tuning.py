@@ -379,3 +379,59 @@ def test_anonymous_does_not_satisfy_require_auth() -> None:
     pair.i.conn.start_channel([APEX])
     got_i, _ = pair.pump()
     assert isinstance(got_i[0], ChannelStartRefused) and got_i[0].code == 530
+
+
+COMMANDS = ["start_tls", "accept_tls", "handshake", "scram", "scram_bad", "plain", "plain_bad",
+            "apex", "garbage"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(commands=st.lists(st.sampled_from(COMMANDS), max_size=12),
+       require_tls=st.booleans(), require_auth=st.booleans())
+def test_random_command_walks_keep_the_invariants(commands: list[str], require_tls: bool,
+                                                  require_auth: bool) -> None:
+    """Any order of tuning commands either works or is refused cleanly, and: nobody is
+    authenticated without the right password, PLAIN never succeeds in plain, and APEX opens
+    only when the policy allows."""
+    pair = TunedPair(_policy(require_tls=require_tls, require_auth=require_auth))
+    events: list[Event] = []
+    requested = 1
+    for command in commands:
+        try:
+            if command == "start_tls":
+                pair.i.start_tls()
+            elif command == "accept_tls":
+                pair.l.accept_tls(requested)
+            elif command == "handshake":
+                for side in (pair.l, pair.i):
+                    if side.must_begin_tls:
+                        side.begin_tls()
+                for side in (pair.l, pair.i):
+                    if side.tls_state is TlsState.NEGOTIATING:
+                        side.tls_established()
+            elif command in ("scram", "scram_bad"):
+                pair.i.authenticate(ScramClient("fred", "wilma's secret"
+                                                if command == "scram" else "guess"))
+            elif command in ("plain", "plain_bad"):
+                pair.i.authenticate(PlainClient("fred", "wilma's secret"
+                                                if command == "plain" else "guess"))
+            elif command == "apex":
+                pair.i.conn.start_channel([APEX])
+            else:
+                pair.i.conn.send_msg(1, b"<blob>!!</blob>", BEEP_XML)
+        except LocalProtocolError:
+            continue
+        _, got_l = pair.pump()
+        events += got_l
+        requested = next((e.channel for e in got_l if isinstance(e, TlsRequested)), requested)
+        if any(isinstance(e, ProtocolViolation) and e.terminate for e in got_l):
+            return
+    for event in events:
+        if isinstance(event, SaslAuthenticated):
+            assert event.identity == "fred"
+            assert event.mechanism != "PLAIN" or pair.l.secured
+        if isinstance(event, ChannelStartRequested):
+            assert not require_tls or pair.l.secured
+            assert not require_auth or pair.l.identity == "fred"
+    if pair.l.identity is not None:
+        assert pair.l.auth_state is AuthState.AUTHENTICATED
