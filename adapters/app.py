@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -34,10 +35,13 @@ class BrokerApp:
                  access_file: str | Path | None = None,
                  peers: list[tuple[str, str, int]] | None = None,
                  accept_peers: list[str] | None = None,
-                 redistribute: list[tuple[str, str]] | None = None) -> None:
+                 redistribute: list[tuple[str, str]] | None = None,
+                 security: dict[str, Any] | None = None) -> None:
         """`peers`: (domain, host, port) of relays to keep a link to (relay-relay mode);
         `accept_peers`: domains whose relays may bind to us; `redistribute`: (topic, domain)
-        pairs this broker redistributes (draft §2.4)."""
+        pairs this broker redistributes (draft §2.4); `security`: ApexServer's TLS and SASL
+        settings (tls, require_tls, sasl, require_auth)."""
+        self.security = dict(security or {})
         self.redistribute = list(redistribute or ())
         self.config, self.domain = config, domain.lower()
         self.peers = list(peers or ())
@@ -54,7 +58,7 @@ class BrokerApp:
         self.service = PubsubService(self.core, self.access, self.domain)
         accepted = self.accept_peers
         self.relay = Relay(domain=self.domain, may_bind=lambda _ref, peer: peer in accepted)
-        self.server = ApexServer(self.relay, host=self.host, port=self.port)
+        self.server = ApexServer(self.relay, host=self.host, port=self.port, **self.security)
         self.handler = PubsubHandler(self.service, self.core.journal, self.server.send)
         self.relay.register_service(SERVICE, self.handler)
         self.follower = await asyncio.to_thread(

@@ -26,13 +26,17 @@ __all__ = [
     "AccessDenied",
     "ApexpsError",
     "AttachmentOverridden",
+    "AuthenticationFailed",
+    "AuthenticationRequired",
     "ConfigError",
+    "EncryptionRequired",
     "IncorrectSelector",
     "InvalidMessage",
     "InvalidParameter",
     "InvalidTopicName",
     "JournalUnavailable",
     "KafkaNotFound",
+    "MechanismInsufficient",
     "NotTaken",
     "OptionNotImplemented",
     "ParameterSyntaxError",
@@ -41,6 +45,7 @@ __all__ = [
     "SelectorError",
     "ServiceNotAvailable",
     "SyntaxError_",
+    "TemporaryAuthFailure",
     "TransactionFailed",
     "TransactionInProgress",
     "UnknownReplyError",
@@ -177,6 +182,14 @@ class KafkaNotFound(ServiceNotAvailable):
     description = "no Kafka answers at the bootstrap address"
 
 
+class TemporaryAuthFailure(ApexpsError):
+    """454: authentication cannot proceed now (e.g. too many failed attempts on this session)."""
+
+    code = ReplyCode.TEMPORARY_AUTH_FAILURE
+    retriable = True
+    description = "temporary authentication failure"
+
+
 # --- 5xx: the request itself is wrong -------------------------------------------------------
 
 
@@ -248,6 +261,34 @@ class AttachmentOverridden(ApexpsError):
 class AccessDenied(ApexpsError):
     code = ReplyCode.NOT_AUTHORIZED
     description = "action not authorized"
+
+
+class AuthenticationRequired(ApexpsError):
+    """530: the listener serves this only to an authenticated peer (RFC 3080 §4)."""
+
+    code = ReplyCode.AUTH_REQUIRED
+    description = "authentication required"
+
+
+class MechanismInsufficient(ApexpsError):
+    """534: the SASL mechanism is too weak for this listener (RFC 3080 §4.1.1)."""
+
+    code = ReplyCode.AUTH_MECHANISM_INSUFFICIENT
+    description = "authentication mechanism insufficient"
+
+
+class AuthenticationFailed(ApexpsError):
+    """535: the credentials were refused (unknown user and wrong password look the same)."""
+
+    code = ReplyCode.AUTH_FAILURE
+    description = "authentication failure"
+
+
+class EncryptionRequired(ApexpsError):
+    """538: the mechanism sends secrets in the clear, so it needs TLS first (e.g. SASL PLAIN)."""
+
+    code = ReplyCode.ENCRYPTION_REQUIRED
+    description = "authentication mechanism requires encryption"
 
 
 class NotTaken(ApexpsError):

@@ -3,15 +3,23 @@
 The asyncio shell around an INITIATOR `BeepConnection`: one reader task turns received bytes into
 events, resolves the future of each MSG we sent when its RPY/ERR arrives, and answers each `data`
 the relay delivers with `ok` after queueing it for `receive()`.
+
+`connect(..., tls=context)` asks for the TLS tuning profile first (RFC 3080 §3.1) and, on
+`proceed`, upgrades the same transport with `StreamWriter.start_tls` before greeting again;
+`sasl=(user, password)` then authenticates with SCRAM-SHA-256 or PLAIN (§4.1) before the APEX
+channel starts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import AsyncIterator, Iterable
 
 from adapters.beep import (
+    SASL_PROFILE_PREFIX,
+    TLS_PROFILE,
     BeepConnection,
     ChannelStarted,
     ChannelStartRefused,
@@ -19,12 +27,25 @@ from adapters.beep import (
     Event,
     GreetingReceived,
     MessageReceived,
+    PlainClient,
     ProtocolViolation,
     ReplyReceived,
     Role,
+    SaslAuthenticated,
+    SaslFailed,
+    ScramClient,
     SessionClosed,
+    TlsProceed,
+    TlsRefused,
+    Tuning,
 )
-from broker.errors import ApexpsError, NotTaken, ServiceNotAvailable
+from broker.errors import (
+    ApexpsError,
+    EncryptionRequired,
+    MechanismInsufficient,
+    NotTaken,
+    ServiceNotAvailable,
+)
 
 from ._codec import (
     APEX_PROFILE,
@@ -59,16 +80,37 @@ class ApexClient:
         self._inbox: asyncio.Queue[Data | None] = asyncio.Queue()
         self._channel = 0
         self._trans_ids = iter(range(1, 2**31))
+        self._tuning = Tuning(self._conn)
+        self._tls: tuple[ssl.SSLContext, str] | None = None
+        self._tls_error: BaseException | None = None
         self._task = asyncio.create_task(self._read_loop())
 
     @classmethod
-    async def connect(cls, host: str, port: int, timeout: float = DEFAULT_TIMEOUT) -> ApexClient:
-        """Open the transport, exchange greetings and start an APEX channel."""
+    async def connect(cls, host: str, port: int, timeout: float = DEFAULT_TIMEOUT, *,
+                      tls: ssl.SSLContext | None = None,
+                      sasl: tuple[str, str] | None = None, mechanism: str = "PLAIN",
+                      server_hostname: str | None = None) -> ApexClient:
+        """Open the transport, exchange greetings and start an APEX channel.
+
+        Args:
+            tls: negotiate TLS first with this client context (it decides which certificates
+                are trusted); `server_hostname` (default `host`) is the name checked.
+            sasl: authenticate as (user, password) with `mechanism`: "SCRAM-SHA-256" (never
+                sends the password) or "PLAIN" (needs `tls`; relays offer it only under TLS).
+        """
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
         client = cls(reader, writer, timeout)
         client._conn.send_greeting()
         client._flush()
-        await client._expect(GreetingReceived)
+        greeting = await client._expect(GreetingReceived)
+        try:
+            if tls is not None:
+                greeting = await client._secure(greeting, tls, server_hostname or host)
+            if sasl is not None:
+                await client._authenticate(greeting, *sasl, mechanism)
+        except BaseException:
+            await client._abort()
+            raise
         client._channel = client._conn.start_channel([APEX_PROFILE])
         client._flush()
         started = await client._expect(ChannelStarted, ChannelStartRefused)
@@ -93,10 +135,10 @@ class ApexClient:
         try:
             while True:
                 data = await self._reader.read(READ_SIZE)
-                for event in self._conn.receive_data(data):
+                for event in self._tuning.receive_data(data):
                     self._dispatch(event)
                 self._flush()
-                if not data:
+                if not data or not await self._upgrade():
                     break
         except (ConnectionError, OSError):
             pass
@@ -198,3 +240,77 @@ class ApexClient:
         with contextlib.suppress(asyncio.CancelledError, ConnectionError):
             await self._task
             await self._writer.wait_closed()
+
+    # --- tuning: TLS and SASL (RFC 3080 §3, §4) -------------------------------------------
+
+    async def _secure(self, greeting: Event, context: ssl.SSLContext,
+                      server_hostname: str) -> Event:
+        assert isinstance(greeting, GreetingReceived)
+        if TLS_PROFILE not in greeting.profiles:
+            raise NotTaken("the relay does not offer TLS (its greeting lacks"
+                           f" {TLS_PROFILE})")
+        self._tls = (context, server_hostname)
+        self._tuning.start_tls()
+        self._flush()
+        answer = await self._expect(TlsProceed, TlsRefused)
+        if isinstance(answer, TlsRefused):
+            raise ApexpsError.for_code(answer.code, f"TLS refused: {answer.text}")
+        try:
+            return await self._expect(GreetingReceived)  # the read loop did the handshake
+        except ServiceNotAvailable:
+            if self._tls_error is None:
+                raise
+            raise ServiceNotAvailable(
+                f"TLS handshake with {server_hostname} failed: {self._tls_error}") from None
+
+    async def _abort(self) -> None:
+        """Drop the connection after a failed tuning step, whatever state it is in."""
+        self._writer.close()
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, ConnectionError, OSError):
+            await self._task
+            await self._writer.wait_closed()
+
+    async def _upgrade(self) -> bool:
+        """After `proceed`: hand the transport to TLS and greet again (in the read loop, so
+        no read is pending while the transport changes). False if the handshake failed."""
+        if not self._tuning.must_begin_tls:
+            return True
+        assert self._tls is not None
+        if self._tuning.begin_tls():
+            self._tls_error = NotTaken("the relay spoke before the TLS handshake")
+            return False
+        context, hostname = self._tls
+        try:
+            await self._writer.start_tls(context, server_hostname=hostname,
+                                         ssl_handshake_timeout=self.timeout)
+        except (ssl.SSLError, OSError, TimeoutError) as exc:
+            self._tls_error = exc
+            return False
+        self._tuning.tls_established()
+        self._flush()
+        return True
+
+    async def _authenticate(self, greeting: Event, user: str, password: str,
+                            mechanism: str) -> None:
+        assert isinstance(greeting, GreetingReceived)
+        offered = [p.removeprefix(SASL_PROFILE_PREFIX) for p in greeting.profiles
+                   if p.startswith(SASL_PROFILE_PREFIX)]
+        if mechanism not in offered:
+            if mechanism == "PLAIN" and not self._tuning.secured:
+                raise EncryptionRequired("relays offer SASL PLAIN only over TLS: connect with"
+                                         " tls=..., or use mechanism='SCRAM-SHA-256'")
+            raise MechanismInsufficient(f"the relay does not offer SASL {mechanism}"
+                                        f" (it offers: {', '.join(offered) or 'none'})")
+        if mechanism == "PLAIN":
+            client: ScramClient | PlainClient = PlainClient(user, password)
+        elif mechanism == "SCRAM-SHA-256":
+            client = ScramClient(user, password)
+        else:
+            raise MechanismInsufficient(f"this client speaks PLAIN and SCRAM-SHA-256, not"
+                                        f" {mechanism}")
+        self._tuning.authenticate(client)
+        self._flush()
+        outcome = await self._expect(SaslAuthenticated, SaslFailed)
+        if isinstance(outcome, SaslFailed):
+            raise ApexpsError.for_code(outcome.code, outcome.text)

@@ -14,6 +14,7 @@ import contextlib
 import itertools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 from broker.errors import ApexpsError, ServiceNotAvailable
 
@@ -71,9 +72,10 @@ class PubsubClient:
     @classmethod
     async def connect(cls, host: str, port: int, endpoint: Endpoint | str, *,
                       timeout: float = DEFAULT_TIMEOUT,
-                      service_domain: str | None = None) -> PubsubClient:
+                      service_domain: str | None = None, **security: Any) -> PubsubClient:
+        """`security`: ApexClient.connect's tls, sasl, mechanism and server_hostname."""
         me = Endpoint.parse(endpoint) if isinstance(endpoint, str) else endpoint
-        client = await ApexClient.connect(host, port, timeout)
+        client = await ApexClient.connect(host, port, timeout, **security)
         try:
             await client.attach(me)
         except BaseException:

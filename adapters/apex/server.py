@@ -14,13 +14,21 @@ to another relay open, as its initiator, starting one APEX channel with a piggyb
 to `domain`; the session sits in the same table as accepted ones, so deliveries and MSGs from the
 peer take the same paths. A lost or refused link is retried with capped exponential backoff;
 while it is down there is no route, so data for that domain fails at once with 550.
+
+Tuning (RFC 3080 §3, §4): given `tls` (a server `ssl.SSLContext`) the server offers the TLS
+profile and, on `proceed`, hands the same transport to TLS with `StreamWriter.start_tls` and
+greets again; given `sasl` (a `verify(user, password)` callable or a `Users` directory) it offers
+SASL. `require_tls` / `require_auth` keep APEX channels shut until then, and an authenticated
+session may attach only as its own identity and its subaddresses (RFC 3340 §4.5.1), enforced
+through the relay's `may_attach` hook.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable
+import ssl
+from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass, field
 
@@ -39,9 +47,16 @@ from adapters.beep import (
     Profile,
     ProtocolViolation,
     Role,
+    SaslAuthenticated,
+    SaslFailed,
     SessionClosed,
+    TlsRequested,
+    Tuning,
+    TuningPolicy,
+    Verifier,
 )
-from broker.errors import ApexpsError
+from adapters.beep import Event as BeepEvent
+from broker.errors import ApexpsError, InvalidParameter
 
 from ._codec import (
     APEX_PROFILE,
@@ -55,6 +70,7 @@ from ._codec import (
     encode,
     encode_xml,
 )
+from ._endpoint import Endpoint
 from ._relay import ChannelRef, Delivery, Outcome, Relay
 
 __all__ = [
@@ -139,7 +155,9 @@ class ApexServer:
     def __init__(self, relay: Relay, host: str = "127.0.0.1", port: int = 0, *,
                  config: BeepConfig | None = None,
                  greeting_timeout: float = DEFAULT_GREETING_TIMEOUT,
-                 max_outbound: int = DEFAULT_MAX_OUTBOUND) -> None:
+                 max_outbound: int = DEFAULT_MAX_OUTBOUND,
+                 tls: ssl.SSLContext | None = None, require_tls: bool = False,
+                 sasl: Verifier | None = None, require_auth: bool = False) -> None:
         self.relay, self.host, self.port = relay, host, port
         self.config = config or BeepConfig()
         self.greeting_timeout, self.max_outbound = greeting_timeout, max_outbound
@@ -147,6 +165,7 @@ class ApexServer:
         self._numbers = itertools.count(1)
         self._server: asyncio.Server | None = None
         self._links: dict[str, PeerLink] = {}
+        self._init_security(tls, require_tls, sasl, require_auth)
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._serve, self.host, self.port)
@@ -173,10 +192,11 @@ class ApexServer:
         session = _Session(next(self._numbers), f"{peername[0]}:{peername[1]}",
                            BeepConnection(Role.LISTENER, self.config, [APEX_PROFILE]), writer)
         self._sessions[session.number] = session
+        tuning = self._tunings[session.number] = Tuning(session.conn, self.tuning)
         with structlog.contextvars.bound_contextvars(peer=session.peer):
             log.info("connection opened")
             try:
-                session.conn.send_greeting()
+                tuning.send_greeting()
                 self._flush(session)
                 await self._read_loop(session, reader)
             except (ConnectionError, TimeoutError) as exc:
@@ -187,6 +207,7 @@ class ApexServer:
                 for channel in session.channels:
                     self.relay.channel_closed(ChannelRef(session.number, channel))
                 del self._sessions[session.number]
+                del self._tunings[session.number]
                 writer.close()
                 log.info("connection closed")
 
@@ -196,7 +217,7 @@ class ApexServer:
                 data = await asyncio.wait_for(reader.read(READ_SIZE), self.greeting_timeout)
             else:
                 data = await reader.read(READ_SIZE)
-            for event in session.conn.receive_data(data):
+            for event in self._tuned(session, data):
                 if isinstance(event, SessionClosed):
                     self._flush(session)
                     return
@@ -220,7 +241,7 @@ class ApexServer:
                     log.info("delivery refused", channel=event.channel,
                              body=event.body[:200].decode("utf-8", "replace"))
             await self._drain(session)
-            if not data:
+            if not data or not await self._secure(session):
                 return
 
     def _start(self, session: _Session, event: ChannelStartRequested) -> None:
@@ -451,3 +472,80 @@ class ApexServer:
         link.failures, link.last_error = 0, ""
         log.info("peer link up", channel=event.channel)
         link._touch()
+    # --- tuning: TLS and SASL (RFC 3080 §3, §4) -------------------------------------------
+
+    def _init_security(self, tls: ssl.SSLContext | None, require_tls: bool,
+                       sasl: Verifier | None, require_auth: bool) -> None:
+        self.tls = tls
+        #: What every session offers and demands; see `adapters.beep.TuningPolicy`.
+        self.tuning = TuningPolicy(tls=tls is not None, require_tls=require_tls, users=sasl,
+                                   require_auth=require_auth)
+        self._tunings: dict[int, Tuning] = {}
+        if sasl is not None:
+            # The relay's attach policy, narrowed to the session's identity (RFC 3340 §4.5.1).
+            self._attach_policy = self.relay.may_attach
+            self.relay.may_attach = self._may_attach
+
+    def _may_attach(self, ref: ChannelRef, endpoint: Endpoint) -> bool:
+        tuning = self._tunings.get(ref.session)
+        identity = None if tuning is None or tuning.mechanism == "ANONYMOUS" \
+            else tuning.identity
+        if identity is None:
+            return not self.tuning.require_auth and self._attach_policy(ref, endpoint)
+        try:
+            own = Endpoint.parse(identity if "@" in identity
+                                 else f"{identity}@{self.relay.domain}")
+        except InvalidParameter:
+            return False  # a user name no endpoint can carry attaches as nothing
+        # "fred" may attach as fred@D and, by the subaddress convention, fred/appl=wb@D.
+        return endpoint.base == own.base and self._attach_policy(ref, endpoint)
+
+    def _tuned(self, session: _Session, data: bytes) -> Iterator[BeepEvent]:
+        """The session's events with the tuning ones handled. A generator, so that a TLS
+        `ready` is answered only after the events before it were (RFC 3080 §3.1.3.1).
+        Our own peer links (initiator sessions) are not tuned: their events pass through."""
+        tuning = self._tunings.get(session.number)
+        if tuning is None:
+            yield from session.conn.receive_data(data)
+            return
+        for event in tuning.receive_data(data):
+            if isinstance(event, TlsRequested):
+                if tuning.accept_tls(event.channel):
+                    # Every channel closes with the transport (§3.1.3.2); from here no
+                    # delivery may reach this session until it has greeted again.
+                    for channel in session.channels:
+                        self.relay.channel_closed(ChannelRef(session.number, channel))
+                    session.channels.clear()
+                    log.info("tls proceeding")
+                else:
+                    log.info("tls declined: replies pending")
+            elif isinstance(event, SaslAuthenticated):
+                log.info("authenticated", identity=event.identity, mechanism=event.mechanism)
+            elif isinstance(event, SaslFailed):
+                log.warning("authentication failed", code=event.code, user=event.user,
+                            mechanism=event.mechanism, text=event.text)
+            else:
+                yield event
+
+    async def _secure(self, session: _Session) -> bool:
+        """If `proceed` went out, run the TLS handshake and greet again; False ends the
+        session (a failed handshake leaves nothing to speak BEEP over)."""
+        tuning = self._tunings.get(session.number)
+        if tuning is None or not tuning.must_begin_tls:
+            return True
+        assert self.tls is not None
+        if tuning.begin_tls():
+            log.warning("tls refused: the peer spoke before the handshake")
+            return False
+        try:
+            await session.writer.start_tls(self.tls,
+                                           ssl_handshake_timeout=self.greeting_timeout)
+        except (ssl.SSLError, OSError, TimeoutError) as exc:
+            # RFC 3080 §3 recommends "a diagnostic entry be logged".
+            log.warning("tls negotiation failed", error=str(exc) or type(exc).__name__)
+            return False
+        tuning.tls_established()
+        cipher = session.writer.get_extra_info("cipher")
+        log.info("tls established", cipher=cipher[0] if cipher else None)
+        self._flush(session)
+        return True

@@ -319,6 +319,12 @@ class Channel:
         """No MSG in flight either way and nothing queued: the channel may be closed."""
         return not (self._outbound or self._inbound or self._queue or self._msg_partial)
 
+    def unfinished_replies(self) -> list[int]:
+        """The peer's MSGs whose reply is not completely written: not (fully) answered yet, or
+        answered but still queued behind the peer's window."""
+        queued = [o.msgno for o in self._queue if o.type is not FrameType.MSG]
+        return list(dict.fromkeys([*self._inbound, *queued]))
+
     def awaiting_reply(self, msgno: int) -> bool:
         """Is the peer's MSG `msgno` still waiting for (the end of) our reply?"""
         inbound = self._inbound.get(msgno)

@@ -159,6 +159,12 @@ class BeepConnection:
         """Received octets not yet decoded (bounded by one frame plus its header)."""
         return self._decoder.buffered
 
+    def unfinished_replies(self) -> list[tuple[int, int]]:
+        """(channel, msgno) of each of the peer's MSGs whose reply has not completely gone out:
+        unanswered, or answered but held back by the peer's window. RFC 3080 §3.1.3.1 has the
+        receiver of a TLS `ready` wait for these before it answers."""
+        return [(n, m) for n, c in self._channels.items() for m in c.unfinished_replies()]
+
     # --- bytes ----------------------------------------------------------------------------
 
     def data_to_send(self) -> bytes:

@@ -31,7 +31,12 @@ __all__ = [
     "MessageReceived",
     "ProtocolViolation",
     "ReplyReceived",
+    "SaslAuthenticated",
+    "SaslFailed",
     "SessionClosed",
+    "TlsProceed",
+    "TlsRefused",
+    "TlsRequested",
 ]
 
 
@@ -236,6 +241,74 @@ class ProtocolViolation(Event):
     channel: int | None = None
     #: The message number concerned, if known.
     msgno: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TlsRequested(Event):
+    """Listener: the peer sent the TLS profile's `ready` (RFC 3080 §3.1.3.1).
+
+    Answer with `Tuning.accept_tls(channel)` once every earlier reply is written; if it returns
+    True, write `data_to_send()`, call `Tuning.begin_tls()`, run the TLS handshake as the server
+    and call `Tuning.tls_established()` (or `tls_failed()`).
+    """
+
+    #: The TLS channel (the `ready` rode in its `start`, or in a MSG on it).
+    channel: int
+    #: The earliest TLS version the peer accepts ("1" unless it said otherwise).
+    version: str
+
+
+@dataclass(frozen=True, slots=True)
+class TlsProceed(Event):
+    """Initiator: the listener answered our `ready` with `proceed`. Every channel is implicitly
+    closed: write `data_to_send()`, call `Tuning.begin_tls()`, run the TLS handshake as the
+    client and call `Tuning.tls_established()` (or `tls_failed()`)."""
+
+    #: The TLS channel.
+    channel: int
+
+
+@dataclass(frozen=True, slots=True)
+class TlsRefused(Event):
+    """Initiator: the listener declined transport security; the session goes on in plain."""
+
+    #: The TLS channel (possibly never created).
+    channel: int
+    #: Reply code of the `error` (550: not offered or not now, 501: bad `ready`, ...).
+    code: int
+    #: Diagnostic text, possibly empty.
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class SaslAuthenticated(Event):
+    """A SASL exchange succeeded: `identity` is fixed for the rest of the session (RFC 3080
+    §4). The listener learns who the peer is; the initiator, that it was accepted."""
+
+    #: The SASL channel.
+    channel: int
+    #: The authorization identity (the user name; "anonymous" for ANONYMOUS).
+    identity: str
+    #: The SASL mechanism, e.g. "SCRAM-SHA-256".
+    mechanism: str
+
+
+@dataclass(frozen=True, slots=True)
+class SaslFailed(Event):
+    """A SASL exchange failed or was aborted; the session stays unauthenticated and may try
+    again (within the listener's limit)."""
+
+    #: The SASL channel.
+    channel: int
+    #: Reply code (535: bad credentials, 537: not authorized as that identity, 538: needs TLS,
+    #: 451: aborted, 501: malformed response, ...).
+    code: int
+    #: Diagnostic text, possibly empty.
+    text: str
+    #: The SASL mechanism.
+    mechanism: str
+    #: The user name the peer claimed, if it got that far (for the log line).
+    user: str | None = None
 
 
 def message_event(number: int, done: Completed) -> Event:

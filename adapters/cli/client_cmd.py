@@ -17,6 +17,7 @@ from typing import Any
 
 from adapters.apex._codec import Data
 from adapters.apex.client import ApexClient
+from adapters.cli.security import add_client_options, client_security
 
 __all__ = ["APEX_EDGE_PORT", "DEFAULT_APEX_PORT", "register"]
 
@@ -55,7 +56,7 @@ async def _send(args: argparse.Namespace) -> int:
     else:
         with open(args.file, "rb") as f:
             content = f.read()
-    client = await ApexClient.connect(*args.server)
+    client = await ApexClient.connect(*args.server, **client_security(args))
     try:
         await client.attach(args.endpoint)
         await client.send(args.endpoint, args.to, content, args.content_type)
@@ -65,7 +66,7 @@ async def _send(args: argparse.Namespace) -> int:
 
 
 async def _listen(args: argparse.Namespace) -> int:
-    client = await ApexClient.connect(*args.server)
+    client = await ApexClient.connect(*args.server, **client_security(args))
     try:
         await client.attach(args.endpoint)
         print(f"apexps: attached as {args.endpoint}", file=sys.stderr, flush=True)
@@ -87,6 +88,7 @@ def _common(p: argparse.ArgumentParser) -> None:
                         f" registered apex-edge port is {APEX_EDGE_PORT})")
     p.add_argument("--as", dest="endpoint", required=True, metavar="ENDPOINT",
                    help="the endpoint to attach as, e.g. fred@example.com")
+    add_client_options(p)
 
 
 def register(sub: Any) -> None:

@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "adapters.cli.bench_cmd",
     "adapters.cli.client_cmd",
     "adapters.cli.pubsub_cmd",
+    "adapters.cli.security",
 )
 
 #: Exit codes: 0 success, 1 the operation failed (the peer or Kafka said no), 2 bad usage or

@@ -18,6 +18,7 @@ import structlog
 
 from adapters.apex.pubsub_client import Delivered, Ended, PubsubClient
 from adapters.cli.client_cmd import _common
+from adapters.cli.security import client_security
 
 __all__ = ["register"]
 
@@ -26,7 +27,7 @@ log = structlog.get_logger(__name__)
 
 async def _connect(args: argparse.Namespace) -> PubsubClient:
     host, port = args.server
-    return await PubsubClient.connect(host, port, args.endpoint)
+    return await PubsubClient.connect(host, port, args.endpoint, **client_security(args))
 
 
 async def _topic(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ import structlog
 
 from adapters.cli.client_cmd import DEFAULT_APEX_PORT
 from adapters.cli.paths import default_data_dir
+from adapters.cli.security import add_server_options, server_security
 from broker.errors import ConfigError
 from broker.kafka_io import KafkaConfig
 
@@ -45,7 +46,8 @@ def _peer(text: str) -> tuple[str, str, int]:
     return domain.lower(), host, port
 
 
-async def _serve_async(args: argparse.Namespace, config: KafkaConfig) -> int:
+async def _serve_async(args: argparse.Namespace, config: KafkaConfig,
+                       **security: Any) -> int:
     """Start the broker, serve APEX until SIGINT/SIGTERM, then stop everything in order."""
     from adapters.app import BrokerApp
 
@@ -56,7 +58,7 @@ async def _serve_async(args: argparse.Namespace, config: KafkaConfig) -> int:
     host, port = args.listen
     app = BrokerApp(config, domain=args.domain, host=host, port=port, access_file=args.access,
                     peers=args.peer, accept_peers=args.accept_peer,
-                    redistribute=args.redistribute)
+                    redistribute=args.redistribute, security=security)
     await app.start()
     try:
         print(f"apex: {app.host}:{app.port} (domain {app.domain})", flush=True)
@@ -77,7 +79,8 @@ def _serve(args: argparse.Namespace, bootstrap: str) -> int:
     for peer_domain, _, _ in args.peer:
         if peer_domain == args.domain.lower():
             raise ConfigError(f"--peer {peer_domain}=…: that is this relay's own --domain")
-    return asyncio.run(_serve_async(args, _config(args, bootstrap)))
+    security = server_security(args)  # before Kafka: a bad certificate fails fast
+    return asyncio.run(_serve_async(args, _config(args, bootstrap), **security))
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -126,6 +129,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--access", metavar="FILE", default=None,
                    help="access entries to load at start (XML, see `apexps access --help`);"
                         " without it every endpoint of --domain may do everything")
+    add_server_options(p)
 
 
 def register(sub: Any) -> None:
