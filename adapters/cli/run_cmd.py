@@ -14,6 +14,7 @@ from adapters.cli.client_cmd import DEFAULT_APEX_PORT
 from adapters.cli.paths import default_data_dir
 from broker.core import BrokerCore
 from broker.errors import ConfigError
+from broker.holds import KafkaHolds
 from broker.kafka_io import KafkaConfig
 
 log = structlog.get_logger(__name__)
@@ -53,7 +54,8 @@ async def _serve_async(config: KafkaConfig, listen: tuple[str, int], domain: str
     core = BrokerCore(config)
     report = await asyncio.to_thread(core.open)  # blocking Kafka reads
     accepted = frozenset(d.lower() for d in accept_peers or ())
-    relay = Relay(domain=domain, may_bind=lambda _ref, peer: peer in accepted)
+    holds = KafkaHolds(core.holds)  # hold4Endpoint data, durable in the core's Kafka
+    relay = Relay(domain=domain, may_bind=lambda _ref, peer: peer in accepted, holds=holds)
     server = ApexServer(relay, host=listen[0], port=listen[1])
     try:
         await server.start()
@@ -67,6 +69,7 @@ async def _serve_async(config: KafkaConfig, listen: tuple[str, int], domain: str
     finally:
         log.info("broker stopping")
         await server.close()
+        await asyncio.to_thread(holds.close)
         await asyncio.to_thread(core.close)
         log.info("broker stopped")
     return 0
