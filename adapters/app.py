@@ -17,6 +17,7 @@ from adapters.apex.pubsub import SERVICE, PubsubHandler
 from adapters.apex.server import ApexServer
 from broker.access import AccessControl
 from broker.core import BrokerCore, OpenReport
+from broker.holds import KafkaHolds
 from broker.kafka_io import KafkaConfig
 from broker.pubsub import JournalFollower, PubsubService
 from broker.records import AccessEffect, AccessEntry, now_ms
@@ -57,7 +58,9 @@ class BrokerApp:
         self.access.start_following()
         self.service = PubsubService(self.core, self.access, self.domain)
         accepted = self.accept_peers
-        self.relay = Relay(domain=self.domain, may_bind=lambda _ref, peer: peer in accepted)
+        self.holds = KafkaHolds(self.core.holds)  # hold4Endpoint data, durable in Kafka
+        self.relay = Relay(domain=self.domain, may_bind=lambda _ref, peer: peer in accepted,
+                           holds=self.holds)
         self.server = ApexServer(self.relay, host=self.host, port=self.port, **self.security)
         self.handler = PubsubHandler(self.service, self.core.journal, self.server.send)
         self.relay.register_service(SERVICE, self.handler)
@@ -103,6 +106,7 @@ class BrokerApp:
         await self.handler.close()
         await asyncio.to_thread(self.follower.stop)
         self.access.stop_following()
+        await asyncio.to_thread(self.holds.close)
         await asyncio.to_thread(self.core.close)
 
     async def __aenter__(self) -> BrokerApp:

@@ -13,6 +13,7 @@ import structlog
 
 from broker.codec import Codec, default_codec
 from broker.errors import InvalidParameter
+from broker.holds import HeldData
 from broker.journal import Journal, RecoveryReport
 from broker.kafka_io import KafkaConfig, KafkaProducer, ensure_topics
 from broker.names import validate_topic
@@ -50,6 +51,7 @@ class BrokerCore:
             c.topic("topics"): (1, _COMPACT),
             c.topic("subscriptions"): (1, _COMPACT),
             c.topic("access"): (1, _COMPACT),
+            c.topic("holds"): (1, _COMPACT),
         }
 
     def open(self) -> OpenReport:
@@ -64,6 +66,9 @@ class BrokerCore:
             from_avro=Subscription.from_avro)
         self.access: Registry[AccessEntry] = Registry(
             k, p, c, role="access", schema="access_entry", from_avro=AccessEntry.from_avro)
+        self.holds: Registry[HeldData] = Registry(
+            k, p, c, role="holds", schema="held_data", from_avro=HeldData.from_avro)
+        self.holds.load()
         report = OpenReport(self.journal.recover(), self.topics.load(),
                             self.subscriptions.load(), self.access.load())
         log.info("broker core open", bootstrap=k.bootstrap, namespace=k.namespace,

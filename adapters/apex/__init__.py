@@ -29,12 +29,29 @@ from ._errors import (
     TransactionFailed,
     TransactionInProgress,
 )
-from ._relay import ChannelRef, Delivery, Outcome, Relay, ServiceHandler
+from ._options import (
+    DATA_HOPPING,
+    DATA_TIMING,
+    HOLD_FOR_ENDPOINT,
+    DataHopping,
+    DataTiming,
+    data_hopping,
+    data_timing,
+    find_option,
+    hop_limit,
+    spend_hop,
+    with_hops,
+)
+from ._party import Watch, status_report
+from ._relay import ChannelRef, Delivery, HoldStore, Outcome, Relay, ServiceHandler
 from .client import ApexClient
 from .server import ApexServer, PeerLink
 
 __all__ = [
     "APEX_PROFILE",
+    "DATA_HOPPING",
+    "DATA_TIMING",
+    "HOLD_FOR_ENDPOINT",
     "MAX_ENDPOINT_LENGTH",
     "ApexClient",
     "ApexServer",
@@ -43,9 +60,12 @@ __all__ = [
     "Bind",
     "ChannelRef",
     "Data",
+    "DataHopping",
+    "DataTiming",
     "Delivery",
     "Endpoint",
     "Error",
+    "HoldStore",
     "Ok",
     "Operation",
     "Option",
@@ -59,6 +79,14 @@ __all__ = [
     "Terminate",
     "TransactionFailed",
     "TransactionInProgress",
+    "Watch",
+    "data_hopping",
+    "data_timing",
     "decode",
     "encode",
+    "find_option",
+    "hop_limit",
+    "spend_hop",
+    "status_report",
+    "with_hops",
 ]

@@ -34,6 +34,14 @@ Choices the RFC leaves open (see the report in the commit log):
   policy says: that would let a peer originate as our local endpoints;
 * when several channels route to one domain, the newest wins (an older one is usually a link
   that is about to be noticed dead);
+* RFC 3342's options (`_options`, `_party`): dataHopping and dataTiming are applied whatever
+  their targetHop says (the RFC requires 'all'; a loop guard that a wrong attribute switches
+  off helps nobody); a final-hop report goes out whenever returnTrip is non-zero;
+* hold4Endpoint needs a `HoldStore` (`holds`): without one it is not served. Held data is
+  delivered at least once: released only on the recipient's `ok`, held again on its `error`
+  or when its session ends first; an originator over the store's cap fails that recipient
+  with 554 (a policy refusal: "transaction failed"), not 550, so the sender can tell "nobody
+  there" from "you have too much waiting".
 * §4.4.4.1 returns `ok` before recipients are processed; since local processing here is
   immediate, a data none of whose recipients can be reached is answered with the error instead
   (550), unless the originator asked for a statusRequest, which then reports per recipient;
@@ -44,15 +52,17 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple, Protocol
 
 from broker.errors import AccessDenied, ApexpsError, InvalidParameter, NotTaken
+from broker.holds import HeldData
 
 from ._codec import (
-    BEEP_XML,
     Attach,
     Bind,
     Data,
@@ -66,6 +76,20 @@ from ._codec import (
 from ._endpoint import Endpoint
 from ._errors import AttachmentOverridden, OptionNotImplemented, TransactionFailed
 from ._errors import TransactionInProgress as InProgress
+from ._options import DATA_HOPPING, DATA_TIMING, HOLD_FOR_ENDPOINT, validate_options
+from ._party import (
+    REPORT_SERVICE,
+    Watch,
+    elapsed_ms,
+    expiry_reports,
+    held_item,
+    holds_requested,
+    next_relay_hop,
+    status_report,
+    timing_left,
+    unhold,
+    watch_delivery,
+)
 
 __all__ = [
     "ATTACH_OVERRIDE",
@@ -73,6 +97,7 @@ __all__ = [
     "STATUS_REQUEST",
     "ChannelRef",
     "Delivery",
+    "HoldStore",
     "Outcome",
     "Pending",
     "Relay",
@@ -84,8 +109,6 @@ __all__ = [
 STATUS_REQUEST = "statusRequest"
 #: RFC 3342 §2: a newer attach takes the endpoint over from an older one.
 ATTACH_OVERRIDE = "attachOverride"
-#: RFC 3340 §6.2: the report service's well-known endpoint (local part).
-REPORT_SERVICE = "apex=report"
 
 
 class ChannelRef(NamedTuple):
@@ -117,6 +140,40 @@ class Delivery:
 
     target: ChannelRef
     operation: Data | Terminate
+    #: for data to an application: what to do about its reply (RFC 3342 dataTiming and
+    #: hold4Endpoint); the shell times it from when the MSG goes out
+    watch: Watch | None = None
+
+
+class HoldStore(Protocol):
+    """Where data for absent endpoints waits (RFC 3342 §3); `broker.holds.KafkaHolds` keeps it
+    in Kafka. `hold` and `release` start their write at once and return its future."""
+
+    def hold(self, item: HeldData) -> Awaitable[None]:
+        """Keep `item`; raise `ApexpsError` (554: over the originator's cap) before writing."""
+        ...
+
+    def take(self, endpoint: str, *, base: bool) -> list[HeldData]:
+        """Waiting data for `endpoint` (and, with `base`, its subaddresses), now out."""
+        ...
+
+    def release(self, hold_id: str) -> Awaitable[None]: ...
+
+    def requeue(self, hold_id: str) -> HeldData | None:
+        """Data out for delivery waits again (returned, if still held)."""
+        ...
+
+    def expired(self, now_ms: int) -> list[HeldData]:
+        """Waiting data past its deadline, now out: the caller reports and releases."""
+        ...
+
+    def late(self, now_ms: int) -> list[HeldData]:
+        """Waiting data past its report time, each once."""
+        ...
+
+    def next_due(self) -> int | None:
+        """The next deadline or report time (epoch ms), for the shell's timer."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +238,13 @@ class Relay:
     domain: str
     may_attach: Callable[[ChannelRef, Endpoint], bool] = _default_may_attach
     may_bind: Callable[[ChannelRef, str], bool] = _default_may_bind
-    understood: frozenset[str] = frozenset({STATUS_REQUEST, ATTACH_OVERRIDE})
+    understood: frozenset[str] = frozenset({STATUS_REQUEST, ATTACH_OVERRIDE, DATA_HOPPING,
+                                            DATA_TIMING, HOLD_FOR_ENDPOINT})
+    #: where hold4Endpoint data waits; without one, hold4Endpoint is not served (504 when it
+    #: must be understood, otherwise the recipient fails as if the option were absent)
+    holds: HoldStore | None = None
+    #: wall-clock seconds (time.time): dataTiming's per-hop time and hold deadlines
+    clock: Callable[[], float] = time.time
     _attached: dict[Endpoint, _Attachment] = field(default_factory=dict)
     _by_channel: dict[ChannelRef, dict[int, Endpoint]] = field(default_factory=dict)
     _services: dict[str, ServiceHandler] = field(default_factory=dict)
@@ -189,6 +252,9 @@ class Relay:
     _bindings: dict[ChannelRef, dict[int, str]] = field(default_factory=dict)
     #: per domain, the channels that reach its relay, oldest first
     _routes: dict[str, list[ChannelRef]] = field(default_factory=dict)
+    #: reports (RFC 3342) made while processing, routed before the operation returns
+    _reports: list[Data] = field(default_factory=list)
+    _option_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def __post_init__(self) -> None:
         self.domain = self.domain.lower()
@@ -271,7 +337,9 @@ class Relay:
 
     def _check_options(self, options: Iterable[Option]) -> None:
         for option in options:
-            if option.must_understand and (option.external or option.name not in self.understood):
+            served = option.name in self.understood and not (
+                option.name == HOLD_FOR_ENDPOINT and self.holds is None)
+            if option.must_understand and (option.external or not served):
                 raise OptionNotImplemented(f"option {option.name[:80]!r} is not implemented")
 
     def _check_trans_id(self, ref: ChannelRef, trans_id: int) -> None:
@@ -309,7 +377,7 @@ class Relay:
                                                           str(notice))),)
         self._attached[endpoint] = _Attachment(ref, attach.trans_id)
         self._by_channel.setdefault(ref, {})[attach.trans_id] = endpoint
-        return Outcome(Ok(), deliveries)
+        return Outcome(Ok(), deliveries + tuple(self._unhold(endpoint, ref)))
 
     def _detach(self, ref: ChannelRef, trans_id: int) -> None:
         endpoint = self._by_channel.get(ref, {}).pop(trans_id, None)
@@ -346,18 +414,21 @@ class Relay:
         return originator.domain != self.domain and self._speaks_for(ref, originator.domain)
 
     def _data(self, ref: ChannelRef, data: Data) -> Outcome:
+        received = self.clock()
         if not self._may_originate(ref, data.originator):
             raise AccessDenied(f"not attached as {data.originator} on this channel")
         self._check_options(data.options)
         self._check_options(data.originator_options)
         for index in range(len(data.recipients)):
             self._check_options(data.options_of(index))
+        for group in (data.options, data.originator_options, *data.recipient_options):
+            validate_options(group)  # 501 before any recipient is processed
         deliveries: list[Delivery] = []
         statuses: list[tuple[Endpoint, int, str]] = []
         calls: list[tuple[int, Awaitable[Iterable[Data]]]] = []
         for index, recipient in enumerate(data.recipients):
             try:
-                result = self._deliver(data.for_recipients([index]), recipient, ref)
+                result = self._deliver(data.for_recipients([index]), recipient, ref, received)
             except ApexpsError as exc:
                 statuses.append((recipient, int(exc.code), str(exc)))
                 continue
@@ -366,6 +437,7 @@ class Relay:
                 deliveries += result
             else:
                 calls.append((index, result))
+        deliveries += self._drain_reports()
         if calls:
             return Outcome(Ok(), tuple(deliveries), Pending(self, ref, data, statuses, calls))
         return self.finish(ref, data, statuses, deliveries)
@@ -386,18 +458,61 @@ class Relay:
             deliveries.append(Delivery(ref, self._report(data.originator, trans_id, shown)))
         elif not requests and all(code != 250 for _, code, _ in statuses):
             code, text = statuses[0][1], statuses[0][2]
-            return Outcome(Error(code, text))
+            return Outcome(Error(code, text), tuple(deliveries))  # e.g. RFC 3342 reports
         return Outcome(Ok(), tuple(deliveries))
 
-    def route(self, data: Data) -> list[Delivery]:
+    def route(self, data: Data, received: float | None = None) -> list[Delivery]:
         """Deliveries for data a service sends on its own (best effort, RFC 3340 §5): a
-        recipient that cannot be reached is skipped; a service recipient's own answers follow."""
+        recipient that cannot be reached is skipped; a service recipient's own answers follow.
+
+        `received` is when the data this answers arrived (`clock()` time), if the service
+        wants dataTiming to count its processing time; options travel as the service set them
+        (see `_options.spend_hop` for forwarding services). An awaitable a service recipient
+        answers with is not waited for."""
         out: list[Delivery] = []
         for index, to in enumerate(data.recipients):
             with suppress(ApexpsError):
-                result = self._deliver(data.for_recipients([index]), to)
+                result = self._deliver(data.for_recipients([index]), to, None, received)
                 if isinstance(result, list):
                     out += result
+                elif inspect.iscoroutine(result):
+                    result.close()  # never started; held data's write runs on regardless
+        return out + self._drain_reports()
+
+    def expire_held(self) -> list[Delivery]:
+        """Held data whose report time or deadline passed (RFC 3342 §2-3): transient reports
+        for the former, timing error reports and release for the latter. For the shell's
+        timer (`holds.next_due()`)."""
+        if self.holds is None:
+            return []
+        now_ms = int(self.clock() * 1000)
+        for item in self.holds.late(now_ms):
+            self._reports += expiry_reports(item, self.domain, 350)
+        for item in self.holds.expired(now_ms):
+            self._reports += expiry_reports(item, self.domain, 550)
+            self.holds.release(item.hold_id)
+        return self._drain_reports()
+
+    def requeue_held(self, hold_id: str, *, redeliver: bool = True) -> list[Delivery]:
+        """Held data whose delivery got no `ok` waits again; with `redeliver` (its recipient's
+        session ended, not its recipient refusing it) it goes at once to whoever is attached
+        as the recipient now, e.g. after an attachOverride."""
+        if self.holds is None:
+            return []
+        item = self.holds.requeue(hold_id)
+        if item is None or not redeliver:
+            return []
+        recipient = Endpoint.parse(item.recipient)
+        for endpoint in (recipient, recipient.base):
+            target = self._attached.get(endpoint)
+            if target is not None:
+                return self._unhold(endpoint, target.ref)
+        return []
+
+    def _drain_reports(self) -> list[Delivery]:
+        out: list[Delivery] = []
+        while self._reports:
+            out += self.route(self._reports.pop(0))
         return out
 
     def route_all(self, answers: Iterable[Data]) -> list[Delivery]:
@@ -407,37 +522,73 @@ class Relay:
         return out
 
     def _deliver(self, data: Data, recipient: Endpoint, came_from: ChannelRef | None = None,
-                 ) -> list[Delivery] | Awaitable[Iterable[Data]]:
+                 received: float | None = None) -> list[Delivery] | Awaitable[Iterable[Data]]:
+        """§4.4.4.1 step 5 for single-recipient `data`; raises `ApexpsError` if it fails."""
+        elapsed = elapsed_ms(received, self.clock())
         if recipient.domain != self.domain:
             route = self._route_to(recipient.domain)
             if route is None or route == came_from:
                 raise NotTaken(f"no route to {recipient.domain}")
-            return [Delivery(route, _next_hop(data))]
+            onward, reports = next_relay_hop(data, self.domain, elapsed)
+            self._reports += reports
+            if onward is None:
+                raise NotTaken(f"not sent on to {recipient.domain}: dataHopping or dataTiming"
+                               " limit reached")
+            return [Delivery(route, _next_hop(onward))]
         service = self._services.get(recipient.address) if recipient.is_well_known else None
         if service is not None:
             result = service.on_data(data, recipient)
             if inspect.isawaitable(result):
                 return result
             return self.route_all(result)
+        in_time, reports = timing_left(data, self.domain, elapsed)
+        self._reports += reports
+        if not in_time:
+            raise NotTaken("dataTiming noLaterThan passed")
         target = self._attached.get(recipient) or self._attached.get(recipient.base)
         if target is None:
+            if self.holds is not None and holds_requested(data) and not recipient.is_well_known:
+                item = held_item(data, recipient, int(self.clock() * 1000), elapsed)
+                return _written(self.holds.hold(item))
             raise NotTaken("unknown endpoint identity")
-        return [Delivery(target.ref, data)]
+        watch, reports = watch_delivery(data, self.domain, elapsed, self._next_option_id)
+        self._reports += reports
+        return [Delivery(target.ref, data, watch)]
+
+    def _next_option_id(self) -> int:
+        return next(self._option_ids)
+
+    def _unhold(self, endpoint: Endpoint, ref: ChannelRef) -> list[Delivery]:
+        """Held data for an application that just attached as `endpoint` (RFC 3342 §3)."""
+        if self.holds is None:
+            return []
+        now_ms = int(self.clock() * 1000)
+        out: list[Delivery] = []
+        for item in self.holds.take(str(endpoint), base=endpoint.subaddress is None):
+            try:
+                data, reports = unhold(item, self.domain, now_ms)
+            except ApexpsError:
+                data, reports = None, []  # unreadable: nothing anybody could be given
+            self._reports += reports
+            if data is None:
+                self.holds.release(item.hold_id)
+                continue
+            watch, reports = watch_delivery(data, self.domain, 0, self._next_option_id,
+                                            item.hold_id)
+            self._reports += reports
+            out.append(Delivery(ref, data, watch))
+        return out + self._drain_reports()
 
     def _report(self, originator: Endpoint, trans_id: int,
                 statuses: list[tuple[Endpoint, int, str]]) -> Data:
         """A statusResponse (RFC 3340 §6.2, DTD §9.2) from apex=report to the originator."""
-        def esc(text: str) -> str:
-            return text.replace("&", "&amp;").replace("<", "&lt;").replace("'", "&apos;")
-        rows = "".join(
-            f"        <destination identity='{esc(str(who))}'>\r\n"
-            f"            <reply code='{code}' transID='{trans_id}'"
-            + (f">{esc(text)}</reply>\r\n" if text else " />\r\n")
-            + "        </destination>\r\n"
-            for who, code, text in statuses)
-        xml = f"<statusResponse transID='{trans_id}'>\r\n{rows}    </statusResponse>"
-        return Data(Endpoint(REPORT_SERVICE, self.domain), (originator,), xml.encode("utf-8"),
-                    BEEP_XML, content_ref="#Content")
+        return status_report(self.domain, originator, trans_id, statuses)
+
+
+async def _written(write: Awaitable[None]) -> Iterable[Data]:
+    """A hold as a service-like awaitable: no answers, done once the write is durable."""
+    await write
+    return ()
 
 
 def _next_hop(data: Data) -> Data:

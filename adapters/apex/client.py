@@ -55,6 +55,7 @@ from ._codec import (
     Error,
     Ok,
     Operation,
+    Option,
     Terminate,
     decode,
     encode,
@@ -192,11 +193,12 @@ class ApexClient:
         if not isinstance(reply, Ok):
             raise NotTaken(f"the relay answered with <{type(reply).__name__.lower()}>")
 
-    async def attach(self, endpoint: Endpoint | str) -> int:
-        """Attach as `endpoint`; return the transaction-identifier (for `terminate`)."""
+    async def attach(self, endpoint: Endpoint | str, *, options: Iterable[Option] = ()) -> int:
+        """Attach as `endpoint` (with `options`, e.g. RFC 3342's attachOverride); return the
+        transaction-identifier (for `terminate`)."""
         trans_id = next(self._trans_ids)
         target = Endpoint.parse(endpoint) if isinstance(endpoint, str) else endpoint
-        await self._request(Attach(target, trans_id))
+        await self._request(Attach(target, trans_id, tuple(options)))
         return trans_id
 
     async def bind(self, domain: str, trans_id: int | None = None) -> int:
@@ -213,12 +215,14 @@ class ApexClient:
         await self._request(Terminate(trans_id))
 
     async def send(self, originator: Endpoint | str, recipients: Iterable[Endpoint | str],
-                   content: bytes, content_type: str = "application/octet-stream") -> None:
-        """Send data; raise the `ApexpsError` of the relay's error reply, if any."""
+                   content: bytes, content_type: str = "application/octet-stream", *,
+                   options: Iterable[Option] = ()) -> None:
+        """Send data (with per-data `options`, e.g. RFC 3342's dataTiming); raise the
+        `ApexpsError` of the relay's error reply, if any."""
         def parse(e: Endpoint | str) -> Endpoint:
             return Endpoint.parse(e) if isinstance(e, str) else e
         await self._request(Data(parse(originator), tuple(parse(r) for r in recipients),
-                                 content, content_type))
+                                 content, content_type, tuple(options)))
 
     async def receive(self) -> AsyncIterator[Data]:
         """The data the relay delivers to us, until the connection ends."""

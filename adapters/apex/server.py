@@ -21,6 +21,13 @@ greets again; given `sasl` (a `verify(user, password)` callable or a `Users` dir
 SASL. `require_tls` / `require_auth` keep APEX channels shut until then, and an authenticated
 session may attach only as its own identity and its subaddresses (RFC 3340 §4.5.1), enforced
 through the relay's `may_attach` hook.
+
+Replies to what we deliver (RFC 3342): a delivery the relay gave a `Watch` (dataTiming,
+hold4Endpoint) is remembered by (session, channel, msgno) until the application's RPY or ERR
+comes, with `loop.call_later` timers for its deadline and report time; the watch's reports go
+out through `send`, held data is released on `ok` and held again on `error` or when the session
+ends first. One more timer wakes the relay when held data's next deadline or report time comes
+(`Relay.expire_held`).
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from adapters.beep import (
     MessageReceived,
     Profile,
     ProtocolViolation,
+    ReplyReceived,
     Role,
     SaslAuthenticated,
     SaslFailed,
@@ -71,6 +79,7 @@ from ._codec import (
     encode_xml,
 )
 from ._endpoint import Endpoint
+from ._party import Watch
 from ._relay import ChannelRef, Delivery, Outcome, Relay
 
 __all__ = [
@@ -136,6 +145,25 @@ class PeerLink:
 
 
 @dataclass(slots=True)
+class _Watched:
+    """A delivered data whose reply we wait for (see the module docstring)."""
+
+    key: tuple[int, int, int]
+    watch: Watch
+    timers: list[asyncio.TimerHandle] = field(default_factory=list)
+    done: bool = False
+
+    def finish(self) -> bool:
+        """Mark it settled; False if it already was."""
+        if self.done:
+            return False
+        self.done = True
+        for timer in self.timers:
+            timer.cancel()
+        return True
+
+
+@dataclass(slots=True)
 class _Session:
     number: int
     peer: str
@@ -166,14 +194,22 @@ class ApexServer:
         self._server: asyncio.Server | None = None
         self._links: dict[str, PeerLink] = {}
         self._init_security(tls, require_tls, sasl, require_auth)
+        #: deliveries with a Watch, by (session, channel, msgno), until their reply comes
+        self._watched: dict[tuple[int, int, int], _Watched] = {}
+        self._hold_timer: asyncio.TimerHandle | None = None
+        self._hold_due: int | None = None
+        self._closed = False
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._serve, self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("apex server listening", host=self.host, port=self.port)
+        self._arm_holds()  # held data from before a restart has deadlines too
 
     async def close(self) -> None:
+        self._closed = True  # sessions still winding down must not set new hold timers
         await self._stop_links()
+        self._stop_watching()
         if self._server is not None:
             self._server.close()
             for session in list(self._sessions.values()):
@@ -206,6 +242,7 @@ class ApexServer:
                     task.cancel()
                 for channel in session.channels:
                     self.relay.channel_closed(ChannelRef(session.number, channel))
+                self._session_unwatched(session.number)
                 del self._sessions[session.number]
                 del self._tunings[session.number]
                 writer.close()
@@ -240,6 +277,9 @@ class ApexServer:
                 elif isinstance(event, ErrorReplyReceived):
                     log.info("delivery refused", channel=event.channel,
                              body=event.body[:200].decode("utf-8", "replace"))
+                    self._replied(session, event)
+                elif isinstance(event, ReplyReceived):
+                    self._replied(session, event)
             await self._drain(session)
             if not data or not await self._secure(session):
                 return
@@ -304,10 +344,12 @@ class ApexServer:
                  deliveries=len(outcome.deliveries))
         self._reply(session, event, outcome.reply)
         self._deliver(outcome.deliveries)
+        self._arm_holds()
 
     def send(self, data: Data) -> None:
         """Route data a service sends on its own (fan-out, notices) to whoever can take it."""
         self._deliver(tuple(self.relay.route(data)))
+        self._arm_holds()
 
     def _reply(self, session: _Session, event: MessageReceived, reply: Ok | Error) -> None:
         content_type, body = encode(reply)
@@ -320,13 +362,17 @@ class ApexServer:
         for delivery in deliveries:
             target = self._sessions.get(delivery.target.session)
             if target is None or delivery.target.channel not in target.channels:
+                self._undelivered(delivery)
                 continue
             content_type, body = encode(delivery.operation)
             try:
-                target.conn.send_msg(delivery.target.channel, body, content_type)
+                msgno = target.conn.send_msg(delivery.target.channel, body, content_type)
             except ApexpsError as exc:  # e.g. the session is closing
                 log.info("delivery dropped", error=str(exc))
+                self._undelivered(delivery)
                 continue
+            if delivery.watch is not None:
+                self._watch((target.number, delivery.target.channel, msgno), delivery.watch)
             self._flush(target)
 
     def _close(self, session: _Session, event: CloseRequested) -> None:
@@ -425,6 +471,7 @@ class ApexServer:
                 task.cancel()
             for channel in session.channels:
                 self.relay.channel_closed(ChannelRef(session.number, channel))
+            self._session_unwatched(session.number)
             del self._sessions[session.number]
             writer.close()
             if link.ref is not None:
@@ -549,3 +596,91 @@ class ApexServer:
         log.info("tls established", cipher=cipher[0] if cipher else None)
         self._flush(session)
         return True
+
+    # --- replies to what we deliver (RFC 3342 dataTiming, hold4Endpoint) ------------------
+
+    def _watch(self, key: tuple[int, int, int], watch: Watch) -> None:
+        watched = _Watched(key, watch)
+        loop = asyncio.get_running_loop()
+        if watch.deadline is not None:
+            watched.timers.append(loop.call_later(watch.deadline, self._timed_out, watched))
+        if watch.report_after is not None:
+            watched.timers.append(loop.call_later(watch.report_after, self._late, watched))
+        self._watched[key] = watched
+
+    def _replied(self, session: _Session, event: ReplyReceived | ErrorReplyReceived) -> None:
+        watched = self._watched.pop((session.number, event.channel, event.msgno), None)
+        if watched is None or not watched.finish():
+            return
+        watch, holds = watched.watch, self.relay.holds
+        if isinstance(event, ErrorReplyReceived):
+            if watch.hold_id is not None:
+                self.relay.requeue_held(watch.hold_id, redeliver=False)
+                self._arm_holds()
+            return
+        if watch.hold_id is not None and holds is not None:
+            holds.release(watch.hold_id)
+        if watch.on_ok is not None:
+            self.send(watch.on_ok)
+
+    def _timed_out(self, watched: _Watched) -> None:
+        """No `ok` within noLaterThan: the delivery failed (RFC 3342 §2.1)."""
+        self._watched.pop(watched.key, None)
+        if not watched.finish():
+            return
+        watch, holds = watched.watch, self.relay.holds
+        log.info("delivery timed out", hold_id=watch.hold_id)
+        if watch.hold_id is not None and holds is not None:
+            holds.release(watch.hold_id)
+        if watch.on_timeout is not None:
+            self.send(watch.on_timeout)
+
+    def _late(self, watched: _Watched) -> None:
+        """No `ok` within reportAfter: say so, keep waiting (RFC 3342 §2.2)."""
+        if not watched.done and watched.watch.on_late is not None:
+            self.send(watched.watch.on_late)
+
+    def _undelivered(self, delivery: Delivery) -> None:
+        watch = delivery.watch
+        if watch is not None and watch.hold_id is not None:
+            self.relay.requeue_held(watch.hold_id, redeliver=False)
+
+    def _session_unwatched(self, number: int) -> None:
+        """A session ended before replying: its held data waits again (or goes to a newer
+        attachment); a watch with a deadline keeps its timers (no `ok` can come now, so the
+        deadline will pass and report), the others are dropped."""
+        for key in [k for k in self._watched if k[0] == number]:
+            watched = self._watched[key]
+            if watched.watch.hold_id is not None:
+                del self._watched[key]
+                if watched.finish():
+                    self._deliver(self.relay.requeue_held(watched.watch.hold_id))
+            elif watched.watch.deadline is None:
+                del self._watched[key]
+                watched.finish()
+        self._arm_holds()
+
+    def _stop_watching(self) -> None:
+        for watched in self._watched.values():
+            watched.finish()
+        self._watched.clear()
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
+            self._hold_timer = self._hold_due = None
+
+    def _arm_holds(self) -> None:
+        """Keep one timer set for the earliest deadline or report time among held data."""
+        holds = self.relay.holds
+        due = None if holds is None or self._closed else holds.next_due()
+        if due is None or (self._hold_due is not None and self._hold_due <= due):
+            return
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
+        delay = max(0.0, due / 1000 - self.relay.clock())
+        self._hold_timer = asyncio.get_running_loop().call_later(delay, self._holds_due)
+        self._hold_due = due
+
+    def _holds_due(self) -> None:
+        self._hold_timer = self._hold_due = None
+        self._deliver(self.relay.expire_held())
+        self._arm_holds()
