@@ -34,6 +34,7 @@ from broker.records import JournalEntry, Subscription
 
 from ._codec import BEEP_XML, Data, Option, TargetHop
 from ._endpoint import Endpoint
+from ._options import hop_limit
 from ._pubsub_codec import (
     Cancel,
     CreateTopic,
@@ -155,7 +156,7 @@ class PubsubHandler:
         return self._publish(data, topic)
 
     def _publish(self, data: Data, topic: str) -> asyncio.Future[Iterable[Data]]:
-        hops = {"dataHopping": str(_hops_left(data.options))}
+        hops = {"dataHopping": str(hop_limit(data.options) or DEFAULT_HOPS)}
         pub = self.service.accept(str(data.originator), topic, data.content, data.content_type,
                                   hops)
         done: asyncio.Future[Iterable[Data]] = self._loop.create_future()
@@ -286,14 +287,3 @@ def _resolve(done: asyncio.Future[Iterable[Data]], err: Exception | None) -> Non
         done.set_result(())
     else:
         done.set_exception(err)
-
-
-def _hops_left(options: tuple[Option, ...]) -> int:
-    """What a publication's own dataHopping option leaves for forwarding (§3, RFC 3342 §4)."""
-    for option in options:
-        if option.name == "dataHopping" and "noMoreThan" in option.content:
-            digits = option.content.split("noMoreThan", 1)[1].lstrip("='\" ").split("'")[0]
-            digits = digits.split('"')[0]
-            if digits.isdigit():
-                return max(0, int(digits))
-    return DEFAULT_HOPS
