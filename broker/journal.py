@@ -131,11 +131,14 @@ class _Append(Delivery):
         self.callback = callback
 
     def delivered(self, partition: int, offset: int) -> None:
+        source, seq, journal = self.source, self.seq, self.journal
         pos = _tuple_new(Position, (partition, offset))
-        journal = self.journal
         with journal._book:
-            journal._on_durable(self.source, self.seq, pos)
-        _call_back(self.callback, None, _tuple_new(Appended, (self.source, self.seq, pos)))
+            journal._on_durable(source, seq, pos)
+        try:
+            self.callback(None, _tuple_new(Appended, (source, seq, pos)))
+        except Exception:  # the caller's bug must not stop other delivery reports
+            log.exception("append callback failed")
 
     def failed(self, error: JournalUnavailable) -> None:
         self.journal._append_failed(self.source, self.topic, self.seq, error)

@@ -7,6 +7,7 @@ import threading
 from collections.abc import Iterator, Sequence
 
 import pytest
+from structlog.testing import capture_logs
 
 from broker.core import BrokerCore
 from broker.errors import InvalidParameter, InvalidTopicName, JournalUnavailable
@@ -178,6 +179,23 @@ def test_empty_batch_calls_back_at_once(core: BrokerCore) -> None:
     got: list[list[Appended | JournalUnavailable]] = []
     assert core.journal.append_many([], got.append) == []
     assert got == [[]]
+
+
+def test_a_raising_callback_does_not_stop_deliveries(core: BrokerCore) -> None:
+    """A callback that raises is logged; the poll thread goes on delivering reports."""
+
+    def caller_bug(*args: object) -> None:
+        raise RuntimeError("caller bug")
+
+    source = "fred@example.com"
+    with capture_logs() as logs:
+        core.journal.append(_pub(source), caller_bug)
+        core.journal.append_many([_pub(source)], caller_bug)
+        _, results = _append_many(core.journal, [_pub(source)])
+        assert core.journal.append_sync(_pub(source)).source_seq == 4
+    assert [r.source_seq for r in results if isinstance(r, Appended)] == [3]
+    failures = [e["event"] for e in logs if e["log_level"] == "error"]
+    assert failures == ["append callback failed", "append_many callback failed"]
 
 
 def test_batched_appends_survive_a_restart(kafka_config: KafkaConfig) -> None:
