@@ -15,7 +15,7 @@ its own with 3 partitions:
 
 On equal terms: the raw producer gets apexps's own producer settings (`producer_conf`:
 idempotent, acks=all, linger 2 ms, lz4), and produces the very bytes the journal writes for
-these publications (a 512-byte content in a journal record, about 580 bytes), with the same
+these publications (a 512-byte content in a journal record, about 590 bytes), with the same
 keys to the same partitions. Latency is enqueue -> delivery report, i.e. until the record is
 durable. "CPU us/rec" is this process's CPU time (every thread, librdkafka's included) per
 record: on a shared machine it moves less than the rates do. The target (issue 2) is journal
