@@ -6,6 +6,15 @@ Appends. A source's records all go to one journal partition (crc32 of the source
 source, through one idempotent acks=all producer. Seqs are assigned under a lock in produce
 order, and an idempotent producer keeps a partition's order, so within a partition a source's
 seqs rise with the offsets. A caller learns of durability only from the delivery report.
+`append` takes one publication and calls back once per record; `append_many` takes whatever
+arrived together (the pubsub service's event-loop tick), under one lock and one pass, and calls
+back once per batch. Each record in flight is one small `Delivery` object that librdkafka calls
+directly: the cost of an append is Python time under the GIL, on the caller's thread and on the
+poll thread alike, and with tens of thousands of records in flight every extra container
+object is also garbage-collector time (see the README's benchmark notes).
+
+A record that fails (a delivery error, or one Kafka refuses outright inside a batch) has
+already used its seq: a GAP record explains it, and the caller gets the error.
 
 Checkpoints (the compacted `sources` topic, one partition so its order is total):
 - key `SOURCE` → the source's last durable seq and its position;
@@ -14,7 +23,9 @@ Checkpoints (the compacted `sources` topic, one partition so its order is total)
 - key `NUL partition NUL p` → "every source's checkpoint covers partition p up to this offset".
 A flush (on the producer's poll thread, every second or every 1000 deliveries) writes the
 source checkpoints first and the partition markers last. A marker is never written past a failed
-append whose GAP record is not yet durable.
+append whose GAP record is not yet durable. Delivery reports mostly run on the poll thread but
+also on any thread inside `flush()`, so what they update is guarded by a lock of its own; a
+batch is booked only once every record in it has its outcome.
 
 Recovery (on every start). Load the checkpoints, then scan each journal partition from just after
 its marker to the end: that tail is exactly what no checkpoint covers. Per source, the next seq
@@ -31,15 +42,17 @@ from __future__ import annotations
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
 
+from broker._journal_writer import DataRecordWriter
 from broker.codec import Codec, default_codec
 from broker.errors import ApexpsError, InvalidParameter, JournalUnavailable
 from broker.kafka_io import (
+    Delivery,
     KafkaConfig,
     KafkaProducer,
     Position,
@@ -50,7 +63,7 @@ from broker.kafka_io import (
 from broker.names import validate_topic
 from broker.records import JournalEntry, Publication, RecordKind, gap_record, now_ms
 
-__all__ = ["SEQ_BUCKET", "Appended", "Journal", "RecoveryReport"]
+__all__ = ["SEQ_BUCKET", "AppendCallback", "Appended", "BatchCallback", "Journal", "RecoveryReport"]
 
 log = structlog.get_logger(__name__)
 
@@ -70,8 +83,7 @@ SCHEMA = "journal_record"
 CHECKPOINT_SCHEMA = "source_checkpoint"
 
 
-@dataclass(frozen=True, slots=True)
-class Appended:
+class Appended(NamedTuple):
     """An append that Kafka has made durable."""
 
     source: str
@@ -97,6 +109,88 @@ class _SourceState:
 
 
 AppendCallback = Callable[[Exception | None, Appended | None], None]
+#: One outcome per publication of an `append_many`, in the order given.
+BatchCallback = Callable[[list[Appended | JournalUnavailable]], None]
+
+# Hot-path constructors: NamedTuple's generated __new__ is a Python function; tuple.__new__
+# builds the same object without the extra frame.
+_tuple_new = tuple.__new__
+
+
+class _Append(Delivery):
+    """One `append` in flight."""
+
+    __slots__ = ("callback", "journal", "seq", "source", "topic")
+
+    def __init__(self, journal: Journal, source: str, topic: str, seq: int,
+                 callback: AppendCallback) -> None:
+        self.journal = journal
+        self.source = source
+        self.topic = topic
+        self.seq = seq
+        self.callback = callback
+
+    def delivered(self, partition: int, offset: int) -> None:
+        source, seq, journal = self.source, self.seq, self.journal
+        pos = _tuple_new(Position, (partition, offset))
+        with journal._book:
+            journal._on_durable(source, seq, pos)
+        try:
+            self.callback(None, _tuple_new(Appended, (source, seq, pos)))
+        except Exception:  # the caller's bug must not stop other delivery reports
+            log.exception("append callback failed")
+
+    def failed(self, error: JournalUnavailable) -> None:
+        self.journal._append_failed(self.source, self.topic, self.seq, error)
+        _call_back(self.callback, error, None)
+
+
+class _Batch:
+    """One `append_many` in flight: where each record went and how many outcomes are still out.
+
+    `left` holds one token per record; each outcome pops one, and the outcome that pops the
+    token 0 is the last. list.pop is atomic, so deliveries served on two threads at once (the
+    poll thread and a caller inside flush()) can neither lose a count nor finish twice."""
+
+    __slots__ = ("callback", "errors", "journal", "left", "offsets", "parts", "seqs",
+                 "sources", "topics")
+
+    def __init__(self, journal: Journal, n: int, callback: BatchCallback) -> None:
+        self.journal = journal
+        self.callback = callback
+        self.sources: list[str] = []
+        self.topics: list[str] = []
+        self.seqs: list[int] = []
+        self.parts: list[int] = []
+        self.offsets: list[int] = [-1] * n
+        self.errors: dict[int, JournalUnavailable] = {}
+        self.left = list(range(n))
+
+    def failed(self, index: int, error: JournalUnavailable) -> None:
+        self.errors[index] = error
+        self.journal._append_failed(self.sources[index], self.topics[index], self.seqs[index],
+                                    error)
+        if not self.left.pop():
+            self.journal._finish(self)
+
+
+class _BatchRecord(Delivery):
+    """One record of an `append_many` in flight."""
+
+    __slots__ = ("batch", "index")
+
+    def __init__(self, batch: _Batch, index: int) -> None:
+        self.batch = batch
+        self.index = index
+
+    def delivered(self, partition: int, offset: int) -> None:
+        batch = self.batch
+        batch.offsets[self.index] = offset
+        if not batch.left.pop():
+            batch.journal._finish(batch)
+
+    def failed(self, error: JournalUnavailable) -> None:
+        self.batch.failed(self.index, error)
 
 
 class Journal:
@@ -107,7 +201,12 @@ class Journal:
         self.sources_topic = config.topic("sources")
         self._producer = producer
         self._codec = codec or default_codec()
+        self._writer = DataRecordWriter(self._codec)
+        # _lock: seq assignment and produce order. _book: what delivery reports update (they
+        # run on the poll thread, or on any thread inside flush()); re-entrant because a
+        # produce under it may serve deliveries on the same thread when the queue is full.
         self._lock = threading.Lock()
+        self._book = threading.RLock()
         self._next: dict[str, int] = {}
         self._durable: dict[str, _SourceState] = {}
         self._index: dict[str, dict[int, Position]] = {}
@@ -117,55 +216,143 @@ class Journal:
         self._since_flush = 0
         self._last_flush = time.monotonic()
         self._partitions = 0
-        self._partition_of: dict[str, int] = {}
+        self._routes: dict[str, tuple[bytes, int]] = {}  # source -> (key, partition)
         self._valid_topics: set[str] = set()
         producer.add_after_poll(self._maybe_flush)
 
     # --- appends --------------------------------------------------------------------------
 
     def partition_for(self, source: str) -> int:
-        part = self._partition_of.get(source)
-        if part is None:
-            part = zlib.crc32(source.encode()) % self._partitions
-            if len(self._partition_of) < _CACHE_LIMIT:
-                self._partition_of[source] = part
-        return part
+        route = self._routes.get(source)
+        if route is not None:
+            return route[1]
+        return zlib.crc32(source.encode()) % self._partitions
 
-    def append(self, pub: Publication, callback: AppendCallback) -> int:
-        """Queue `pub`; returns its source seq. `callback` runs once it is durable or failed.
-
-        Invalid input raises before anything is assigned or written."""
+    def _route(self, pub: Publication) -> tuple[bytes, int]:
+        """Check what the journal itself requires of `pub`; its Kafka key and partition."""
         if not self._partitions:
             raise JournalUnavailable("the journal has not been recovered yet")
         if pub.topic not in self._valid_topics:
             validate_topic(pub.topic)
             if len(self._valid_topics) < _CACHE_LIMIT:
                 self._valid_topics.add(pub.topic)
-        if not pub.source or len(pub.source) > MAX_SOURCE_LEN or "\x00" in pub.source:
-            raise InvalidParameter("the source endpoint is empty, too long or contains NUL")
-        key = pub.source.encode()
-        part = self.partition_for(pub.source)
+        route = self._routes.get(pub.source)
+        if route is None:
+            source = pub.source
+            if type(source) is not str or not source or len(source) > MAX_SOURCE_LEN \
+                    or "\x00" in source:
+                raise InvalidParameter("the source endpoint is empty, too long or contains NUL")
+            key = source.encode()
+            route = (key, zlib.crc32(key) % self._partitions)
+            if len(self._routes) < _CACHE_LIMIT:
+                self._routes[source] = route
+        return route
+
+    def append(self, pub: Publication, callback: AppendCallback) -> int:
+        """Queue `pub`; returns its source seq. `callback` runs once it is durable or failed.
+
+        Invalid input raises before anything is assigned or written."""
+        key, part = self._route(pub)
+        source = pub.source
         with self._lock:
-            seq = self._next.get(pub.source, 1)
-            value = self._codec.encode(SCHEMA, pub.to_avro(seq, now_ms()))
-            self._produce(pub.source, pub.topic, seq, key, value, part, callback)
-            self._next[pub.source] = seq + 1
+            seq = self._next.get(source, 1)
+            value = self._writer.encode(pub, seq, now_ms())
+            self._producer.produce(self.topic, key, value,
+                                   _Append(self, source, pub.topic, seq, callback),
+                                   partition=part)
+            self._next[source] = seq + 1
         return seq
 
-    def _produce(self, source: str, topic: str, seq: int, key: bytes,  # noqa: PLR0917
-                 value: bytes, part: int, callback: AppendCallback | None) -> None:
-        def delivered(err: Exception | None, pos: Position | None) -> None:
-            if err is not None or pos is None:
-                log.warning("journal append failed", source=source, seq=seq, error=str(err))
-                self._explain_failed(source, topic, seq, str(err))
-                if callback:
-                    callback(err or JournalUnavailable(), None)
-                return
-            self._on_durable(source, seq, pos)
-            if callback:
-                callback(None, Appended(source, seq, pos))
+    def append_many(self, pubs: Sequence[Publication], callback: BatchCallback) -> list[int]:
+        """Queue every publication in `pubs`, in order; returns their source seqs.
 
-        self._producer.produce(self.topic, key, value, delivered, partition=part)
+        What `append` does for one record, with one lock, one pass and one callback for the
+        lot: a publisher's records get consecutive seqs in the order given, whatever else is in
+        the batch. `callback` runs once, when every record is durable or has failed, with one
+        entry per publication in the same order: its `Appended`, or the `JournalUnavailable`
+        that says why it failed. A failed record's seq is explained by a GAP record, exactly as
+        for `append`; so is the seq of a record Kafka refuses outright (too large, say), which
+        `append` would have raised instead. An empty batch calls back at once.
+
+        Invalid input anywhere raises (naming the publication's index in a note) before
+        anything is assigned or written; callers that must keep the valid rest can fall back to
+        `append` per publication."""
+        routes = []
+        for i, pub in enumerate(pubs):
+            try:
+                routes.append(self._route(pub))
+            except ApexpsError as exc:
+                exc.add_note(f"publication {i} of the batch")
+                raise
+        if not pubs:
+            callback([])
+            return []
+        batch = _Batch(self, len(pubs), callback)
+        sources, topics, seqs, parts = batch.sources, batch.topics, batch.seqs, batch.parts
+        encode = self._writer.encode
+        records: list[tuple[bytes, bytes, int, Delivery]] = []
+        with self._lock:
+            appended_at = now_ms()
+            nxt = self._next
+            taken: dict[str, int] = {}  # seqs of this batch, committed once all encoded
+            for i, pub in enumerate(pubs):
+                source = pub.source
+                seq = taken.get(source) or nxt.get(source, 1)
+                try:
+                    value = encode(pub, seq, appended_at)
+                except ApexpsError as exc:
+                    exc.add_note(f"publication {i} of the batch")
+                    raise
+                taken[source] = seq + 1
+                key, part = routes[i]
+                sources.append(source)
+                topics.append(pub.topic)
+                seqs.append(seq)
+                parts.append(part)
+                records.append((key, value, part, _BatchRecord(batch, i)))
+            refused = self._producer.produce_many(self.topic, records)
+            nxt.update(taken)
+        # Outside the lock: a refusal may finish the batch and run the caller's callback here.
+        for delivery, error in refused:
+            delivery.failed(error)
+        return seqs
+
+    def _append_failed(self, source: str, topic: str, seq: int,
+                       error: JournalUnavailable) -> None:
+        log.warning("journal append failed", source=source, seq=seq, error=str(error))
+        self._explain_failed(source, topic, seq, str(error))
+
+    def _finish(self, batch: _Batch) -> None:
+        """Every record of `batch` has its outcome: book the durable ones, call back once."""
+        results: list[Appended | JournalUnavailable] = []
+        add = results.append
+        errors = batch.errors
+        booked = 0
+        with self._book:
+            durable, hw, on_durable = self._durable, self._partition_hw, self._on_durable
+            for i, (source, seq, part, off) in enumerate(
+                    zip(batch.sources, batch.seqs, batch.parts, batch.offsets, strict=True)):
+                if off < 0:
+                    add(errors[i])
+                    continue
+                pos = _tuple_new(Position, (part, off))
+                add(_tuple_new(Appended, (source, seq, pos)))
+                st = durable.get(source)
+                # The common case inline; a new source or bucket takes the full path.
+                if st is None or seq // SEQ_BUCKET > st.indexed_bucket:
+                    on_durable(source, seq, pos)
+                    continue
+                st.seq = max(st.seq, seq)
+                st.position = pos
+                st.dirty = True
+                if off > hw.get(part, -1):
+                    hw[part] = off
+                booked += 1
+            self._since_flush += booked
+        try:
+            batch.callback(results)
+        except Exception:  # the caller's bug must not stop other delivery reports
+            log.exception("append_many callback failed")
 
     def append_sync(self, pub: Publication, timeout_s: float = 60.0) -> Appended:
         done = threading.Event()
@@ -186,9 +373,11 @@ class Journal:
         if self._producer.flush(timeout_s):
             raise JournalUnavailable("kafka did not take every queued record in time")
 
-    # Runs on the poll thread (delivery callbacks), like the flush below.
+    # Runs under _book, on the poll thread (delivery callbacks) or inside a flush().
     def _on_durable(self, source: str, seq: int, pos: Position) -> None:
-        st = self._durable.setdefault(source, _SourceState())
+        st = self._durable.get(source)
+        if st is None:
+            st = self._durable[source] = _SourceState()
         st.seq = max(st.seq, seq)
         st.position = pos
         st.dirty = True
@@ -202,21 +391,29 @@ class Journal:
         self._since_flush += 1
 
     def _explain_failed(self, source: str, topic: str, seq: int, reason: str) -> None:
-        self._pending_gaps += 1
+        with self._book:
+            self._pending_gaps += 1
         value = self._codec.encode(SCHEMA, gap_record(source, topic, seq, seq,
                                                       f"append failed: {reason}"))
 
         def done(err: Exception | None, pos: Position | None) -> None:
-            if err is not None or pos is None:
-                # Keep trying: until this is durable the partition marker stays put, so a
-                # restart rescans and explains the hole itself.
-                self._explain_failed(source, topic, seq, reason)
-            else:
-                self._on_durable(source, seq, pos)
-            self._pending_gaps -= 1
+            with self._book:
+                if err is not None or pos is None:
+                    # Keep trying: until this is durable the partition marker stays put, so a
+                    # restart rescans and explains the hole itself.
+                    self._explain_failed(source, topic, seq, reason)
+                else:
+                    self._on_durable(source, seq, pos)
+                self._pending_gaps -= 1
 
-        self._producer.produce(self.topic, source.encode(), value, done,
-                               partition=self.partition_for(source))
+        try:
+            self._producer.produce(self.topic, source.encode(), value, done,
+                                   partition=self.partition_for(source))
+        except JournalUnavailable as exc:
+            # The pending count stays raised: no partition marker moves again in this process,
+            # so the next start rescans this tail and writes the GAP itself.
+            log.error("could not queue a GAP record; a restart will explain the hole",
+                      source=source, seq=seq, error=str(exc))
 
     def _write_checkpoint(self, key: str, source: str, seq: int, pos: Position) -> None:
         value = self._codec.encode(CHECKPOINT_SCHEMA, {
@@ -234,18 +431,19 @@ class Journal:
         self._flush_checkpoints()
 
     def _flush_checkpoints(self) -> None:
-        for source, st in self._durable.items():
-            if st.dirty and st.position is not None:
-                self._write_checkpoint(source, source, st.seq, st.position)
-                st.dirty = False
-        if self._pending_gaps == 0:
-            for part, off in self._partition_hw.items():
-                if self._marked.get(part) != off:
-                    self._write_checkpoint(f"\x00partition\x00{part}", "", -1,
-                                           Position(part, off))
-                    self._marked[part] = off
-        self._since_flush = 0
-        self._last_flush = time.monotonic()
+        with self._book:
+            for source, st in self._durable.items():
+                if st.dirty and st.position is not None:
+                    self._write_checkpoint(source, source, st.seq, st.position)
+                    st.dirty = False
+            if self._pending_gaps == 0:
+                for part, off in self._partition_hw.items():
+                    if self._marked.get(part) != off:
+                        self._write_checkpoint(f"\x00partition\x00{part}", "", -1,
+                                               Position(part, off))
+                        self._marked[part] = off
+            self._since_flush = 0
+            self._last_flush = time.monotonic()
 
     # --- recovery -------------------------------------------------------------------------
 
@@ -374,6 +572,13 @@ class Journal:
         starts = {p: offset_for_time(self.config, self.topic, p, start_ms)
                   for p in range(self._partitions)}
         return self.read_from(starts, topic=topic, until_ms=end_ms)
+
+
+def _call_back(callback: AppendCallback, err: Exception | None, res: Appended | None) -> None:
+    try:
+        callback(err, res)
+    except Exception:  # the caller's bug must not stop other delivery reports
+        log.exception("append callback failed")
 
 
 def _ignore(err: Exception | None, pos: Position | None) -> None:

@@ -18,8 +18,9 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, NamedTuple
 
 import structlog
@@ -31,6 +32,7 @@ from broker.errors import JournalUnavailable, KafkaNotFound
 
 __all__ = [
     "DEFAULT_BOOTSTRAP",
+    "Delivery",
     "KafkaConfig",
     "KafkaProducer",
     "Position",
@@ -38,6 +40,7 @@ __all__ = [
     "Tail",
     "ensure_topics",
     "partition_count",
+    "producer_conf",
     "read_partition",
     "watermarks",
 ]
@@ -49,6 +52,8 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_DELIVERY_TIMEOUT_MS = 30_000
 #: Deliveries are batched for 2 ms: enough to fill batches under load, invisible to a person.
 DEFAULT_LINGER_MS = 2
+#: librdkafka's own partitioner picks the partition (RD_KAFKA_PARTITION_UA).
+_ANY_PARTITION = -1
 
 
 @dataclass(frozen=True)
@@ -99,25 +104,67 @@ class StoredRecord(NamedTuple):
 DeliveryCallback = Callable[[Exception | None, Position | None], None]
 
 
+class Delivery:
+    """What becomes of one produced record: subclasses add slots for what they need to know
+    and implement `delivered` and `failed`, which run on the poll thread (or on a thread inside
+    `flush`).
+
+    The instance itself is the record's librdkafka delivery callback. A record in flight thus
+    costs one small object: no closure, no partial and its argument tuple. That matters more
+    than it seems: with tens of thousands of records in flight, every container object is
+    something the garbage collector walks again and again."""
+
+    __slots__ = ()
+
+    def delivered(self, partition: int, offset: int) -> None:
+        """The record is durable at `offset` of `partition`."""
+        raise NotImplementedError
+
+    def failed(self, error: JournalUnavailable) -> None:
+        """The record is not in Kafka and never will be (from this produce)."""
+        raise NotImplementedError
+
+    def __call__(self, err: KafkaError | None, msg: Any) -> None:
+        if err is None:
+            self.delivered(msg.partition(), msg.offset())
+        else:
+            self.failed(_failure(err))
+
+
+def producer_conf(config: KafkaConfig, **overrides: Any) -> dict[str, Any]:
+    """The librdkafka settings of apexps's producer (the benchmark gives raw Kafka the same)."""
+    return config.client_conf(
+        **{
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": DEFAULT_LINGER_MS,
+            "compression.type": "lz4",
+            "delivery.timeout.ms": config.delivery_timeout_ms,
+            "queue.buffering.max.messages": 500_000,
+            **overrides,
+        }
+    )
+
+
+def _failure(err: KafkaError) -> JournalUnavailable:
+    return JournalUnavailable(f"kafka did not take the record: {err.str()}")
+
+
+def _report(on_delivery: DeliveryCallback, err: KafkaError | None, msg: Any) -> None:
+    if err is not None:
+        on_delivery(_failure(err), None)
+    else:
+        on_delivery(None, Position(msg.partition(), msg.offset()))
+
+
 class KafkaProducer:
     """Idempotent acks=all producer with a background poll thread."""
 
     def __init__(self, config: KafkaConfig, **overrides: Any) -> None:
-        conf = config.client_conf(
-            **{
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": DEFAULT_LINGER_MS,
-                "compression.type": "lz4",
-                "delivery.timeout.ms": config.delivery_timeout_ms,
-                "queue.buffering.max.messages": 500_000,
-                "error_cb": self._on_error,
-            }
-        )
-        conf.update(overrides)
-        self._producer = _RdProducer(conf)
+        self._producer = _RdProducer(producer_conf(config, error_cb=self._on_error, **overrides))
         self._config = config
         self._closed = threading.Event()
+        self._polled = threading.Event()
         self._after_poll: list[Callable[[], None]] = []
         self._thread = threading.Thread(target=self._poll_loop, name="kafka-poll", daemon=True)
         self._thread.start()
@@ -136,7 +183,11 @@ class KafkaProducer:
 
     def _poll_loop(self) -> None:
         while not self._closed.is_set():
-            self._producer.poll(0.05)
+            try:
+                self._producer.poll(0.05)
+            except Exception:  # a raising delivery callback must not end all delivery reports
+                log.exception("delivery callback failed")
+            self._polled.set()
             for hook in self._after_poll:
                 try:
                     hook()
@@ -148,31 +199,63 @@ class KafkaProducer:
         topic: str,
         key: bytes | None,
         value: bytes | None,
-        on_delivery: DeliveryCallback,
+        on_delivery: DeliveryCallback | Delivery,
         *,
         partition: int | None = None,
     ) -> None:
-        """Queue one record; `on_delivery` runs on the poll thread once Kafka has it (or not)."""
+        """Queue one record; `on_delivery` runs on the poll thread once Kafka has it (or not).
 
-        def report(err: KafkaError | None, msg: Any) -> None:
-            if err is not None:
-                on_delivery(JournalUnavailable(f"kafka did not take the record: {err.str()}"), None)
-            else:
-                on_delivery(None, Position(msg.partition(), msg.offset()))
+        Raises JournalUnavailable if Kafka refuses the record outright (then nothing is
+        queued and `on_delivery` never runs)."""
+        report = on_delivery if isinstance(on_delivery, Delivery) else partial(_report,
+                                                                               on_delivery)
+        part = _ANY_PARTITION if partition is None else partition
+        try:
+            self._producer.produce(topic, value, key, part, report)
+        except BufferError:
+            self._produce(topic, key, value, part, report)
+        except KafkaException as exc:
+            raise JournalUnavailable(f"kafka refused the record: {exc}") from exc
 
-        kwargs: dict[str, Any] = {"on_delivery": report}
-        if partition is not None:
-            kwargs["partition"] = partition
-        deadline = time.monotonic() + self._config.delivery_timeout_ms / 1000
+    def produce_many(self, topic: str, records: Iterable[tuple[bytes, bytes, int, Delivery]],
+                     ) -> list[tuple[Delivery, JournalUnavailable]]:
+        """Queue `(key, value, partition, delivery)` records in order. Returns those Kafka
+        refused outright, with why: they are not queued and their `delivery` never runs."""
+        refused: list[tuple[Delivery, JournalUnavailable]] = []
+        produce = self._producer.produce
+        for key, value, part, delivery in records:
+            try:
+                produce(topic, value, key, part, delivery)
+            except BufferError:
+                try:
+                    self._produce(topic, key, value, part, delivery)
+                except JournalUnavailable as exc:
+                    refused.append((delivery, exc))
+            except Exception as exc:  # whatever it was, this record is not queued
+                refused.append((delivery, JournalUnavailable(f"kafka refused the record: {exc}")))
+        return refused
+
+    def _produce(self, topic: str, key: bytes | None, value: bytes | None, partition: int,
+                 report: Callable[[KafkaError | None, Any], None]) -> None:
+        deadline = 0.0
         while True:
             try:
-                self._producer.produce(topic, value, key, **kwargs)
+                self._producer.produce(topic, value, key, partition, report)
                 return
             except BufferError:
-                # The local queue is full: that is backpressure, wait for deliveries.
-                if time.monotonic() > deadline:
+                # The local queue is full: that is backpressure. Wait for the poll thread to
+                # serve deliveries rather than serve them here, where the caller may hold a
+                # lock a delivery callback wants (the poll thread itself serves them).
+                now = time.monotonic()
+                if not deadline:
+                    deadline = now + self._config.delivery_timeout_ms / 1000
+                elif now > deadline:
                     raise JournalUnavailable("kafka producer queue stayed full") from None
-                self._producer.flush(0.05)
+                if threading.current_thread() is self._thread:
+                    self._producer.poll(0.05)
+                else:
+                    self._polled.clear()
+                    self._polled.wait(0.1)
             except KafkaException as exc:
                 raise JournalUnavailable(f"kafka refused the record: {exc}") from exc
 
