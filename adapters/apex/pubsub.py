@@ -22,15 +22,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 from collections.abc import Callable, Iterable
 
 import structlog
 
-from broker.errors import ApexpsError, ParameterSyntaxError
+from broker.errors import ApexpsError, JournalUnavailable, ParameterSyntaxError
 from broker.journal import Appended, Journal
 from broker.pubsub import Forward, PubsubService
-from broker.records import JournalEntry, Subscription
+from broker.records import JournalEntry, Publication, Subscription
 
 from ._codec import BEEP_XML, Data, Option, TargetHop
 from ._endpoint import Endpoint
@@ -81,6 +82,8 @@ class PubsubHandler:
         self._forward_ids = itertools.count(1)
         #: transIDs of requests we forwarded to a redistributor -> (who asked, their transID)
         self._forwarded: dict[int, tuple[Endpoint, int]] = {}
+        #: publications accepted in this event-loop turn, appended together
+        self._batch: list[tuple[Publication, asyncio.Future[Iterable[Data]]]] = []
         #: transIDs of requests the service itself sent (redistribution) -> their reply
         self._own: dict[int, asyncio.Future[Reply]] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -156,16 +159,37 @@ class PubsubHandler:
         return self._publish(data, topic)
 
     def _publish(self, data: Data, topic: str) -> asyncio.Future[Iterable[Data]]:
+        """Checked now (537, 550); appended with whatever else arrived in this event-loop turn,
+        in arrival order, as one journal batch; answered once Kafka holds it."""
         hops = {"dataHopping": str(hop_limit(data.options) or DEFAULT_HOPS)}
         pub = self.service.accept(str(data.originator), topic, data.content, data.content_type,
                                   hops)
         done: asyncio.Future[Iterable[Data]] = self._loop.create_future()
-
-        def settled(err: Exception | None, res: Appended | None) -> None:
-            self._loop.call_soon_threadsafe(_resolve, done, err)
-
-        self.journal.append(pub, settled)
+        if not self._batch:
+            self._loop.call_soon(self._append_batch)
+        self._batch.append((pub, done))
         return done
+
+    def _append_batch(self) -> None:
+        batch, self._batch = self._batch, []
+        futures = [done for _, done in batch]
+
+        def settled(results: list[Appended | JournalUnavailable]) -> None:
+            self._loop.call_soon_threadsafe(_resolve_all, futures, results)
+
+        try:
+            self.journal.append_many([pub for pub, _ in batch], settled)
+        except ApexpsError:
+            # One publication the journal refuses must not sink the rest: one at a time.
+            for pub, done in batch:
+                try:
+                    self.journal.append(pub, functools.partial(self._settled_one, done))
+                except ApexpsError as exc:
+                    done.set_exception(exc)
+
+    def _settled_one(self, done: asyncio.Future[Iterable[Data]], err: Exception | None,
+                     _res: Appended | None) -> None:
+        self._loop.call_soon_threadsafe(_resolve, done, err)
 
     async def _manage(self, originator: Endpoint, op: PubsubOperation) -> list[Data]:
         if isinstance(op, Reply):
@@ -278,6 +302,12 @@ class PubsubHandler:
                 ended = await asyncio.to_thread(self.service.expire_due)
             for notice in self._notices(ended):
                 self._send(notice)
+
+
+def _resolve_all(futures: list[asyncio.Future[Iterable[Data]]],
+                 results: list[Appended | JournalUnavailable]) -> None:
+    for done, result in zip(futures, results, strict=True):
+        _resolve(done, result if isinstance(result, Exception) else None)
 
 
 def _resolve(done: asyncio.Future[Iterable[Data]], err: Exception | None) -> None:
