@@ -5,7 +5,10 @@ expiry, and access control that leaves no trace when it refuses."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import signal
+import sys
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,6 +20,7 @@ from adapters.apex import Endpoint
 from adapters.apex.client import ApexClient
 from adapters.apex.pubsub_client import Delivered, Ended, PubsubClient
 from adapters.app import BrokerApp
+from broker.core import BrokerCore
 from broker.errors import AccessDenied, ApexpsError, InvalidParameter, NotTaken
 from broker.kafka_io import KafkaConfig, watermarks
 
@@ -29,6 +33,7 @@ ACCESS = """<access domain='example.com'>
      pubsub:cancel' />
   <allow id='jazz-open' originator='*@*' tokens='core:data' topic='music.jazz' />
   <deny id='slate' originator='mr.slate@example.com' tokens='core:data' topic='music.jazz' />
+  <deny id='banned' originator='banned@example.com' tokens='pubsub:all' />
 </access>
 """
 
@@ -45,9 +50,10 @@ def _journal_size(config: KafkaConfig) -> int:
 async def _steps(config: KafkaConfig, access: Path) -> None:
     async with BrokerApp(config, domain=DOMAIN, access_file=access) as app:
         connect = lambda who: PubsubClient.connect("127.0.0.1", app.port, who)  # noqa: E731
-        admin, fred, slate = (await connect("admin@example.com"),
-                              await connect("fred@example.com"),
-                              await connect("mr.slate@example.com"))
+        admin, fred, slate, banned = (await connect("admin@example.com"),
+                                      await connect("fred@example.com"),
+                                      await connect("mr.slate@example.com"),
+                                      await connect("banned@example.com"))
         # createtopic: 537 (fred lacks pubsub:createtopic), 553 (bad name), 250, 553 (exists)
         with pytest.raises(AccessDenied):
             await fred.create_topic("music.jazz")
@@ -56,9 +62,13 @@ async def _steps(config: KafkaConfig, access: Path) -> None:
         await admin.create_topic("music.jazz")
         with pytest.raises(InvalidParameter):
             await admin.create_topic("music.jazz")
-        # listtopics: 250 with the topic; 537 for an outsider is covered by deletetopic below
+        # listtopics: 537, 250 with the topic
+        with pytest.raises(AccessDenied):
+            await banned.list_topics()
         assert await fred.list_topics() == ["music.jazz"]
-        # subscribe: 553 unknown topic, 553 duration <= 0, 250
+        # subscribe: 537, 553 unknown topic, 553 duration <= 0, 250
+        with pytest.raises(AccessDenied):
+            await banned.subscribe("music.jazz", 60)
         with pytest.raises(InvalidParameter):
             await fred.subscribe("music.rock", 60)
         with pytest.raises(InvalidParameter):
@@ -80,7 +90,9 @@ async def _steps(config: KafkaConfig, access: Path) -> None:
         album = etree.fromstring(got.content)
         assert (album.tag, album.get("title")) == ("FavoriteAlbum", "Kind of Blue")
         assert got.originator == "apex=pubsub/music.jazz@example.com"
-        # cancel: 553 unknown topic, 250, then nothing more arrives for fred
+        # cancel: 537, 553 unknown topic, 250, then nothing more arrives for fred
+        with pytest.raises(AccessDenied):
+            await banned.cancel("music.jazz")
         with pytest.raises(InvalidParameter):
             await fred.cancel("music.rock")
         await fred.cancel("music.jazz")
@@ -93,7 +105,7 @@ async def _steps(config: KafkaConfig, access: Path) -> None:
         await admin.delete_topic("music.jazz")
         with pytest.raises(NotTaken):
             await admin.publish("music.jazz", b"x")
-        for c in (admin, fred, slate):
+        for c in (admin, fred, slate, banned):
             await c.close()
 
 
@@ -161,61 +173,104 @@ def test_duration_expiry_and_deletetopic_send_the_cancel(kafka_config: KafkaConf
                                                              "ended news.long"]
 
 
-async def _fan_out(config: KafkaConfig) -> tuple[dict[str, Counter[bytes]], dict[str, set[bytes]]]:
+async def _broker(config: KafkaConfig) -> tuple[asyncio.subprocess.Process, int]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "adapters.cli.main", "--log-level", "warning", "broker",
+        "--bootstrap", config.bootstrap, "--namespace", config.namespace,
+        "--listen", "127.0.0.1:0", stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL)
+    assert proc.stdout is not None
+    line = (await asyncio.wait_for(proc.stdout.readline(), 120)).decode()
+    assert line.startswith("apex: "), line
+    return proc, int(line.split()[1].rpartition(":")[2])
+
+
+async def _receive_all(client: PubsubClient, count: int,
+                       topics: set[str]) -> Counter[bytes]:
+    counter: Counter[bytes] = Counter()
+    events = client.events()
+    while sum(counter.values()) < count:
+        event = await _next(events)
+        assert isinstance(event, Delivered)
+        assert event.topic in topics
+        counter[event.content] += 1
+    return counter
+
+
+async def _fan_out(config: KafkaConfig) -> tuple[dict[str, Counter[bytes]], dict[str, set[bytes]],
+                                                  list[str], int, dict[str, bytes]]:
     topics = [f"t{i}.feed" for i in range(5)]
-    async with BrokerApp(config, domain=DOMAIN) as app:
-        port = app.port
-        pubs = [await PubsubClient.connect("127.0.0.1", port, f"pub{i}@example.com")
-                for i in range(3)]
-        for t in topics:
-            await pubs[0].create_topic(t)
-        subs = {f"sub{i}@example.com": await PubsubClient.connect("127.0.0.1", port,
-                                                                   f"sub{i}@example.com")
-                for i in range(20)}
-        wants: dict[str, set[str]] = {}
-        for i, (who, client) in enumerate(subs.items()):
-            mine = {topics[i % 5], topics[(i + 1) % 5]}
-            for t in mine:
-                await client.subscribe(t, 600)
-            wants[who] = mine
-        sent: dict[str, set[bytes]] = {t: set() for t in topics}
+    proc, port = await _broker(config)
+    pubs = [await PubsubClient.connect("127.0.0.1", port, f"pub{i}@example.com")
+            for i in range(3)]
+    for t in topics:
+        await pubs[0].create_topic(t)
+    names = [f"sub{i}@example.com" for i in range(20)]
+    subs = {who: await PubsubClient.connect("127.0.0.1", port, who) for who in names}
+    wants = {who: {topics[i % 5], topics[(i + 1) % 5]} for i, who in enumerate(names)}
+    for who, client in subs.items():
+        for t in sorted(wants[who]):
+            await client.subscribe(t, 600)
+    sent: dict[str, set[bytes]] = {t: set() for t in topics}
 
-        async def publish(n: int, client: PubsubClient) -> None:
-            for k, t in itertools.product(range(10), topics):
-                body = f"p{n}-{t}-{k}".encode()
-                await client.publish(t, body)
-                sent[t].add(body)
+    async def publish(n: int, client: PubsubClient) -> None:
+        for k, t in itertools.product(range(10), topics):
+            body = f"p{n}-{t}-{k}".encode()
+            await client.publish(t, body)
+            sent[t].add(body)
 
-        await asyncio.gather(*(publish(n, c) for n, c in enumerate(pubs)))
-        got: dict[str, Counter[bytes]] = {}
-        expected: dict[str, set[bytes]] = {}
-        for who, client in subs.items():
-            expected[who] = set().union(*(sent[t] for t in wants[who]))
-            counter: Counter[bytes] = Counter()
-            events = client.events()
-            while sum(counter.values()) < len(expected[who]):
-                event = await _next(events)
-                assert isinstance(event, Delivered)
-                assert event.topic in wants[who]
-                counter[event.content] += 1
-            got[who] = counter
-        # Nothing beyond: a marker published now is the next thing each subscriber of t0 sees.
-        await pubs[0].publish(topics[0], b"marker")
-        for who, client in subs.items():
-            if topics[0] in wants[who]:
-                event = await _next(client.events())
-                assert isinstance(event, Delivered) and event.content == b"marker"
-        for c in (*pubs, *subs.values()):
+    await asyncio.gather(*(publish(n, c) for n, c in enumerate(pubs)))
+    expected = {who: set().union(*(sent[t] for t in wants[who])) for who in names}
+    got = {who: await _receive_all(subs[who], len(expected[who]), wants[who]) for who in names}
+    # Nothing beyond: a marker published now is the next thing each subscriber of t0 sees.
+    await pubs[0].publish(topics[0], b"marker")
+    for who in names:
+        if topics[0] in wants[who]:
+            event = await _next(subs[who].events())
+            assert isinstance(event, Delivered) and event.content == b"marker", who
+    # kill -9, restart on the same Kafka: topics and subscriptions are back, publishing resumes
+    proc.kill()
+    await proc.wait()
+    for c in (*pubs, *subs.values()):
+        with contextlib.suppress(ApexpsError, ConnectionError):
             await c.close()
-        return got, expected
+    proc, port = await _broker(config)
+    try:
+        admin = await PubsubClient.connect("127.0.0.1", port, "pub0@example.com")
+        listed = await admin.list_topics()
+        core = BrokerCore(config)
+        core.open()
+        subscriptions = len(core.subscriptions)
+        core.close()
+        # the subscribers only re-attach: their subscriptions live in the broker
+        again = {who: await PubsubClient.connect("127.0.0.1", port, who) for who in names}
+        for t in topics:
+            await admin.publish(t, f"after-{t}".encode())
+        after = {}
+        for who, client in again.items():
+            seen = await _receive_all(client, 2, wants[who])
+            after[who] = b" ".join(sorted(seen))
+        for c in (admin, *again.values()):
+            await c.close()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        await asyncio.wait_for(proc.wait(), 60)
+    return got, expected, listed, subscriptions, after
 
 
-def test_three_publishers_five_topics_twenty_subscribers(kafka_config: KafkaConfig) -> None:
-    """Every subscriber receives exactly the messages of its topics, each once."""
-    got, expected = asyncio.run(_fan_out(kafka_config))
+def test_three_publishers_five_topics_twenty_subscribers_and_kill_9(
+        kafka_config: KafkaConfig) -> None:
+    """Every subscriber receives exactly the messages of its topics, each once; after kill -9
+    and a restart the 5 topics and 40 subscriptions are intact and publishing resumes."""
+    got, expected, listed, subscriptions, after = asyncio.run(_fan_out(kafka_config))
     for who, counter in got.items():
         assert set(counter) == expected[who], who
         assert max(counter.values()) == 1, f"{who} got duplicates"
+    assert listed == [f"t{i}.feed" for i in range(5)]
+    assert subscriptions == 40
+    for i, (who, seen) in enumerate(sorted(after.items(), key=lambda kv: int(kv[0][3:-12]))):
+        mine = sorted(f"after-t{j}.feed" for j in (i % 5, (i + 1) % 5))
+        assert seen == " ".join(mine).encode(), who
 
 
 async def _bad_documents(config: KafkaConfig) -> list[int]:
