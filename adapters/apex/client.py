@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Iterable
 from adapters.beep import (
     SASL_PROFILE_PREFIX,
     TLS_PROFILE,
+    BeepConfig,
     BeepConnection,
     ChannelStarted,
     ChannelStartRefused,
@@ -61,7 +62,7 @@ from ._codec import (
     encode,
 )
 from ._endpoint import Endpoint
-from .server import READ_SIZE
+from .server import APEX_WINDOW, READ_SIZE
 
 __all__ = ["DEFAULT_TIMEOUT", "ApexClient"]
 
@@ -75,7 +76,8 @@ class ApexClient:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                  timeout: float = DEFAULT_TIMEOUT) -> None:
         self._reader, self._writer, self.timeout = reader, writer, timeout
-        self._conn = BeepConnection(Role.INITIATOR, profiles=[])
+        self._conn = BeepConnection(Role.INITIATOR, BeepConfig(window_size=APEX_WINDOW),
+                                    profiles=[])
         self._pending: dict[int, asyncio.Future[Operation]] = {}
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._inbox: asyncio.Queue[Data | None] = asyncio.Queue()

@@ -612,6 +612,10 @@ class Tuning:
             return []
         if isinstance(answer, Proceed):
             self._tls.process(TlsInput.PROCEED)
+            # After <ready> we may send nothing more (RFC 3080 §3.1.3.1): a window update that
+            # receiving the <proceed> itself queued would reach the peer's TLS handshake as
+            # garbage, and the reset voids every window anyway.
+            self.conn.data_to_send()
             return [TlsProceed(channel)]
         self._tls.process(TlsInput.REFUSED)
         if isinstance(answer, Error):

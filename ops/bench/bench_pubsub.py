@@ -36,6 +36,9 @@ import uuid
 from pathlib import Path
 
 SIZE = 512
+#: Publications one paced publisher keeps unanswered at most (BeepConfig's default limit of
+#: pending MSGs per channel is 64; a publisher that exceeds it is cut off by the broker).
+MAX_IN_FLIGHT = 32
 TOPIC = "bench.quotes"
 DOMAIN = "bench.example"
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,7 +76,15 @@ def _serve(args: argparse.Namespace) -> None:
             print(app.port, flush=True)
             await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
 
-    asyncio.run(run())
+    if args.profile:
+        import cProfile
+        import pstats
+
+        with cProfile.Profile() as prof:
+            asyncio.run(run())
+        pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(30)
+    else:
+        asyncio.run(run())
 
 
 def _subscribers(args: argparse.Namespace) -> None:
@@ -114,13 +125,33 @@ def _publisher(args: argparse.Namespace) -> None:
         sent, began = 0, time.perf_counter()
         stop = began + args.seconds
         if args.rate:
+            # Paced: a publication leaves every 1/rate s whether or not earlier ones were
+            # answered yet (APEX lets a channel carry several MSGs; replies come in order).
             gap = 1.0 / args.rate
+            inflight: set[asyncio.Task[None]] = set()
+            window = asyncio.Semaphore(MAX_IN_FLIGHT)
+            late = 0
+
+            async def one(body: bytes) -> None:
+                try:
+                    await client.publish(TOPIC, body)
+                finally:
+                    window.release()
+
             while time.perf_counter() < stop:
-                await client.publish(TOPIC, _stamp(sent))
+                if window.locked():
+                    late += 1  # the broker is behind: this one waits, the pace slips
+                await window.acquire()
+                task = asyncio.create_task(one(_stamp(sent)))
+                inflight.add(task)
+                task.add_done_callback(inflight.discard)
                 sent += 1
                 ahead = began + sent * gap - time.perf_counter()
                 if ahead > 0:
                     await asyncio.sleep(ahead)  # pacing the load, not waiting for an event
+            await asyncio.gather(*inflight)
+            if late:
+                print(f"paced publisher waited for the broker {late} times", file=sys.stderr)
         else:
             async def worker() -> None:
                 nonlocal sent
@@ -178,7 +209,11 @@ def _raw(bootstrap: str, seconds: float, rate: int) -> dict[str, float]:
     def consume() -> None:
         nonlocal got
         while not done.is_set():
-            for m in consumer.consume(1000, 0.1):
+            # poll for one, then take what is fetched: consume(n, t) alone may wait out t
+            first = consumer.poll(0.1)
+            if first is None:
+                continue
+            for m in [first, *consumer.consume(999, 0)]:
                 if m.error() is None:
                     value = m.value() or b""
                     lat.append(_age_ms(value))
@@ -187,7 +222,11 @@ def _raw(bootstrap: str, seconds: float, rate: int) -> dict[str, float]:
     reader.start()
     sent, began = 0, time.perf_counter()
     while time.perf_counter() - began < seconds:
-        producer.produce(topic, _stamp(sent))
+        try:
+            producer.produce(topic, _stamp(sent))
+        except BufferError:  # librdkafka's queue is full: let deliveries drain, then retry
+            producer.poll(0.01)
+            continue
         sent += 1
         producer.poll(0)
         if rate:
@@ -213,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window", type=int, default=64,
                     help="publications in flight in the flat-out phase (default: 64)")
     ap.add_argument("--subscriber-counts", default="10,100")
+    ap.add_argument("--profile", action="store_true",
+                    help="cProfile the broker process; its top functions go to stderr")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--as-subscribers", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--as-publisher", action="store_true", help=argparse.SUPPRESS)
@@ -250,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
             namespace = f"bench{uuid.uuid4().hex[:8]}"
             server = subprocess.Popen(
                 [sys.executable, "-m", "ops.bench.bench_pubsub", "--serve", "--bootstrap",
-                 bootstrap, "--namespace", namespace], stdin=subprocess.PIPE,
+                 bootstrap, "--namespace", namespace, *(["--profile"] if args.profile else [])],
+                stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, cwd=ROOT, text=True)
             assert server.stdout is not None and server.stdin is not None
             port = int(server.stdout.readline())

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from adapters.apex.client import ApexClient
+from adapters.apex.server import APEX_WINDOW
 from adapters.beep import (
     DEFAULT_MAX_MESSAGE_SIZE,
     BeepConnection,
@@ -203,7 +204,7 @@ def test_a_100_megabyte_message_is_cut_off_at_the_message_limit(
     proc, port = server
     sent = asyncio.run(_huge_message(port))
     # It took at most the limit plus what flow control let us have in flight.
-    assert sent <= DEFAULT_MAX_MESSAGE_SIZE + 2 * 4096
+    assert sent <= DEFAULT_MAX_MESSAGE_SIZE + 2 * APEX_WINDOW
     assert sent >= DEFAULT_MAX_MESSAGE_SIZE // 2
     assert asyncio.run(_oversized_frame(port)).startswith(b"RPY 0 0 . 0 ")
     assert asyncio.run(_exchange(port)) == b"still serving"
