@@ -19,6 +19,8 @@ from broker.kafka_io import KafkaConfig, KafkaProducer, ensure_topics
 from broker.names import validate_topic
 from broker.records import AccessEntry, Subscription, Topic, now_ms
 from broker.registry import Registry
+from broker.robust.config import RobustConfig
+from broker.robust.links import LinkLog, LinkRecoveryReport
 
 __all__ = ["BrokerCore", "OpenReport"]
 
@@ -33,12 +35,15 @@ class OpenReport:
     topics: int
     subscriptions: int
     access_entries: int
+    links: LinkRecoveryReport | None = None
 
 
 class BrokerCore:
-    def __init__(self, config: KafkaConfig, codec: Codec | None = None) -> None:
+    def __init__(self, config: KafkaConfig, codec: Codec | None = None,
+                 robust: RobustConfig | None = None) -> None:
         self.config = config
         self.codec = codec or default_codec()
+        self.robust = robust or RobustConfig()
         self._producer: KafkaProducer | None = None
 
     def kafka_topics(self) -> dict[str, tuple[int, dict[str, str]]]:
@@ -52,6 +57,10 @@ class BrokerCore:
             c.topic("subscriptions"): (1, _COMPACT),
             c.topic("access"): (1, _COMPACT),
             c.topic("holds"): (1, _COMPACT),
+            # What each link seq carried (broker/robust/links.py), kept for gap fill.
+            c.topic("links"): (c.link_partitions, {
+                "cleanup.policy": "delete", "retention.ms": str(c.link_retention_ms)}),
+            c.topic("linkindex"): (1, _COMPACT),
         }
 
     def open(self) -> OpenReport:
@@ -69,8 +78,9 @@ class BrokerCore:
         self.holds: Registry[HeldData] = Registry(
             k, p, c, role="holds", schema="held_data", from_avro=HeldData.from_avro)
         self.holds.load()
+        self.links = LinkLog(k, p, c, bits=self.robust.seq_bits, max_gap=self.robust.max_gap)
         report = OpenReport(self.journal.recover(), self.topics.load(),
-                            self.subscriptions.load(), self.access.load())
+                            self.subscriptions.load(), self.access.load(), self.links.recover())
         log.info("broker core open", bootstrap=k.bootstrap, namespace=k.namespace,
                  topics=report.topics, subscriptions=report.subscriptions,
                  access_entries=report.access_entries)

@@ -28,6 +28,7 @@ __all__ = [
     "AttachmentOverridden",
     "AuthenticationFailed",
     "AuthenticationRequired",
+    "BadGapRange",
     "ConfigError",
     "EncryptionRequired",
     "IncorrectSelector",
@@ -36,10 +37,13 @@ __all__ = [
     "InvalidTopicName",
     "JournalUnavailable",
     "KafkaNotFound",
+    "LinkContextGone",
     "MechanismInsufficient",
     "NotTaken",
+    "NotYourLink",
     "OptionNotImplemented",
     "ParameterSyntaxError",
+    "RebuildRefused",
     "RecordSchemaError",
     "ReplyCode",
     "SelectorError",
@@ -104,6 +108,11 @@ class ReplyCode(IntEnum):
     INCORRECT_SELECTOR = 567
     #: Content-based pubsub §5.8.2: invalid topic name and subscription identifier.
     UNKNOWN_SUBSCRIPTION = 568
+    #: apexps robust binding (docs/robust-binding.md): the broker no longer holds what this
+    #: link carried (reset, retention passed, or never existed); repair by source instead.
+    LINK_CONTEXT_GONE = 569
+    #: apexps robust binding: a gap fill or source repair too large or too old to rebuild.
+    REBUILD_REFUSED = 570
 
     @property
     def is_success(self) -> bool:
@@ -207,6 +216,14 @@ class InvalidTopicName(InvalidParameter):
     description = "not an acceptable topic name"
 
 
+class BadGapRange(InvalidParameter):
+    """553: a gap request's link range is malformed: negative, 0 (a reset carries nothing),
+    beyond the link's bit resolution, backwards (linkfrom after linkto and not a wrap-around
+    range), or naming link seqs the link has not carried yet."""
+
+    description = "bad link sequence range"
+
+
 class ParameterSyntaxError(ApexpsError):
     """501: well-formed input that is not valid (e.g. XML not valid against the APEX DTD)."""
 
@@ -261,6 +278,12 @@ class AttachmentOverridden(ApexpsError):
 class AccessDenied(ApexpsError):
     code = ReplyCode.NOT_AUTHORIZED
     description = "action not authorized"
+
+
+class NotYourLink(AccessDenied):
+    """537: the link named in a gap or repair request belongs to another subscriber."""
+
+    description = "the link belongs to another subscriber"
 
 
 class AuthenticationRequired(ApexpsError):
@@ -327,3 +350,20 @@ IncorrectSelector = SelectorError
 class UnknownSubscription(ApexpsError):
     code = ReplyCode.UNKNOWN_SUBSCRIPTION
     description = "invalid topic name and subscription identifier"
+
+
+class LinkContextGone(ApexpsError):
+    """569: the broker cannot refill this link range: the link was reset since, its records are
+    past the link retention window, or the link is unknown. The subscriber repairs by source
+    (its last source seq per source); the link goes on from its current epoch."""
+
+    code = ReplyCode.LINK_CONTEXT_GONE
+    description = "link context gone: the link was reset; repair by source"
+
+
+class RebuildRefused(ApexpsError):
+    """570: the broker refuses to rebuild: a gap larger than its maximum gap fill, or a source
+    repair that reaches past the journal's retention or beyond its maximum repair size."""
+
+    code = ReplyCode.REBUILD_REFUSED
+    description = "rebuild refused: too large or too old"

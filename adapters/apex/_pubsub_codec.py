@@ -10,6 +10,8 @@ Where the DTD and the prose disagree (specs/draft-schwartz-apex-pubsub-NOTES.md)
 - `cancel` takes an optional `subscriber` (the prose's subject; default: the originator);
 - `listtopics` and `topiclist` take an optional `transID` (the prose says the reply has one);
 - `reply` is the APEX core's (RFC 3340 §6.1.2): code, optional transID, diagnostic text.
+`subscribe` takes apexps's optional `link` (docs/robust-binding.md §3): the link its data
+travel on; None means the default, the subscriber endpoint.
 Encoding uses the drafts' layout (single quotes, " />") so their examples are golden test data.
 """
 
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from lxml import etree
 
 from broker.errors import ParameterSyntaxError, SyntaxError_
+from broker.robust.linkid import validate_link_id
 from broker.xml_safe import UnsafeXml, parse_hardened
 
 from ._endpoint import Endpoint
@@ -67,6 +70,7 @@ class Subscribe:
     topic: str
     trans_id: int
     duration: int
+    link: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,11 +147,13 @@ def decode_pubsub(content: bytes) -> PubsubOperation:
         return ListTopics(_trans_id(a) if "transID" in a else None)
     if tag == "subscribe":
         _empty(root)
-        a = _attrs(root, {"subscriber", "topic", "transID", "duration"},
+        a = _attrs(root, {"subscriber", "topic", "transID", "duration", "link"},
                    {"subscriber", "topic", "transID", "duration"})
         # A duration ≤ 0 is well-formed: the service answers it with 553 (§4.5 step 3).
         duration = _number(a["duration"], "duration", -MAX_SECONDS, MAX_SECONDS)
-        return Subscribe(Endpoint.parse(a["subscriber"]), a["topic"], _trans_id(a), duration)
+        link = validate_link_id(a["link"]) if "link" in a else None
+        return Subscribe(Endpoint.parse(a["subscriber"]), a["topic"], _trans_id(a), duration,
+                         link)
     if tag == "cancel":
         _empty(root)
         a = _attrs(root, {"subscriber", "topic", "transID"}, {"topic", "transID"})
@@ -177,6 +183,10 @@ def _esc(value: str) -> str:
             .replace("'", "&apos;"))
 
 
+def _quote(value: str) -> str:
+    return f"'{_esc(value)}'"
+
+
 def _trans(trans_id: int | None) -> str:
     return "" if trans_id is None else f" transID='{trans_id}'"
 
@@ -190,7 +200,8 @@ def encode_pubsub(op: PubsubOperation) -> bytes:
         text = f"<listtopics{_trans(op.trans_id)} />"
     elif isinstance(op, Subscribe):
         text = (f"<subscribe subscriber='{_esc(str(op.subscriber))}' topic='{_esc(op.topic)}'"
-                f" duration='{op.duration}' transID='{op.trans_id}' />")
+                f" duration='{op.duration}' transID='{op.trans_id}'"
+                f"{'' if op.link is None else f' link={_quote(op.link)}'} />")
     elif isinstance(op, Cancel):
         who = "" if op.subscriber is None else f" subscriber='{_esc(str(op.subscriber))}'"
         text = f"<cancel{who} topic='{_esc(op.topic)}' transID='{op.trans_id}' />"

@@ -51,7 +51,8 @@ _ops: st.SearchStrategy[PubsubOperation] = st.one_of(
     st.builds(DeleteTopic, _topics, _ids),
     st.builds(ListTopics, st.none() | _ids),
     st.builds(Subscribe, _who.map(Endpoint.parse), _topics, _ids,
-              st.integers(-2_147_483_647, 2_147_483_647)),
+              st.integers(-2_147_483_647, 2_147_483_647),
+              st.none() | st.sampled_from(["desk-1", "fred@example.com", "a <&>'\" b"])),
     st.builds(Cancel, _topics, _ids, st.none() | _who.map(Endpoint.parse)),
     st.builds(Reply, st.integers(100, 999), st.none() | _ids,
               st.text("abc <&>'\"xyz", max_size=20).map(str.strip)),
@@ -75,6 +76,10 @@ def test_round_trip(op: PubsubOperation) -> None:
     (b"<subscribe subscriber='nobody' topic='a' transID='1' duration='9' />", ApexpsError),
     (b"<publish topic='a' />", ParameterSyntaxError),
     (b"<topiclist><name topic='a' /></topiclist>", ParameterSyntaxError),
+    (b"<subscribe subscriber='fred@example.com' topic='a' transID='1' duration='9' link='' />",
+     ApexpsError),                                                     # empty link id
+    (b"<subscribe subscriber='fred@example.com' topic='a' transID='1' duration='9'"
+     b" link=' x' />", ApexpsError),                                   # padded link id
     (b"<createtopic", SyntaxError_),
     (b"<!DOCTYPE x [<!ENTITY a 'b'>]><listtopics />", SyntaxError_),
     (b"<" + b"x>" * 2000, SyntaxError_),
@@ -88,3 +93,12 @@ def test_hostile_documents_get_the_right_code(doc: bytes, error: type[ApexpsErro
 def test_any_bytes_decode_or_raise_an_apexps_error(blob: bytes) -> None:
     with contextlib.suppress(ApexpsError):
         decode_pubsub(blob)
+
+
+def test_subscribe_names_its_link() -> None:
+    """apexps's `link` attribute on subscribe (docs/robust-binding.md §3) round-trips."""
+    doc = (b"<subscribe subscriber='jade@example.com' topic='equity.quote' duration='86400'"
+           b" transID='5' link='desk-1' />")
+    op = decode_pubsub(doc)
+    assert op == Subscribe(Endpoint.parse("jade@example.com"), "equity.quote", 5, 86400, "desk-1")
+    assert encode_pubsub(op) == doc

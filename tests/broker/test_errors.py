@@ -54,3 +54,19 @@ def test_selector_error_carries_position() -> None:
     """Selector errors keep the position and reason a user needs to fix the text."""
     err = SelectorError("unbalanced parenthesis", position=4)
     assert err.position == 4 and err.reason == "unbalanced parenthesis" and "4" in str(err)
+
+
+def test_robust_delivery_codes() -> None:
+    """The robust binding's codes (docs/robust-binding.md §4.2) resolve to their classes."""
+    from broker.errors import (
+        BadGapRange,
+        LinkContextGone,
+        NotYourLink,
+        RebuildRefused,
+    )
+
+    assert type(ApexpsError.for_code(569)) is LinkContextGone
+    assert type(ApexpsError.for_code(570)) is RebuildRefused
+    assert BadGapRange.code == 553 and isinstance(BadGapRange(), InvalidParameter)
+    assert NotYourLink.code == 537 and isinstance(NotYourLink(), AccessDenied)
+    assert not LinkContextGone.retriable and not RebuildRefused.retriable

@@ -1,0 +1,697 @@
+"""The link log: what every link seq carried, durable in Kafka, so a range can be refilled exactly.
+
+Theory of operation
+-------------------
+Records. A link is an ordered stream of records, one per link seq: DATA (journal coordinates,
+source and source seq of the message it carried), HEARTBEAT, or RESET (link seq 0; a new epoch
+begins). Each record also has an *ordinal*: its position on the link since the link began, +1 per
+record, never wrapping and never reset. Link seqs wrap and restart; ordinals do not, so they are
+what the log indexes and compares, and the link seq is derived from the ordinal, the ordinal of
+the epoch's reset (`epoch_start`) and the resolution. A link's first record is always a RESET
+(epoch 0); `append_many` inserts one itself for a new link, after a record of the link failed to
+become durable (its seq can never be refilled, so the link must not pretend otherwise), and for
+a link recovered at another resolution than the log's.
+
+Appends. All of a link's records go to one partition of `NS.links` (crc32 of the link id), keyed
+by the link id, through the broker's one idempotent acks=all producer, so within a partition a
+link's ordinals rise with the offsets. `append_many` assigns seqs under a lock in the order given
+and returns the records at once; its callback runs once, when every record is durable or failed.
+The fan-out should send an item to its subscriber only when the callback says it is durable: a
+seq the subscriber saw must be one a restarted broker can refill and will not hand out again.
+
+Checkpoints (the compacted `NS.linkindex` topic, one partition, the journal's `sources` pattern):
+- key `LINK` → the link's last durable record (ordinal, epoch, epoch start, resolution, owner);
+- key `LINK NUL bucket` → the lowest offset of a record with an ordinal in
+  [bucket·1024, (bucket+1)·1024): a sparse index, so `read_range` seeks instead of scanning the
+  partition from its start;
+- key `NUL partition NUL p` → every link's checkpoint covers partition p up to this offset.
+Delivery reports book each record as it becomes durable (they arrive in offset order per
+partition); a flush on the producer's poll thread, every second or 1000 deliveries, writes the
+dirty link checkpoints first and the partition markers last.
+
+Recovery (`recover`, on every start). Load the checkpoints, then scan each links partition from
+just after its marker to the end; per link the last durable record is the highest ordinal seen,
+and appends continue after it (the next link seq follows the last durable one: a record that was
+in flight at a kill -9 and never became durable is simply assigned again). The log's *writer* is
+a new generation, its recovery time: should a dead process's last produce land after recovery
+scanned the tail (the journal's known limit, which a transactional producer would fence), two
+records share an ordinal and `read_range` keeps the newer writer's.
+
+Reads (`read_range`). Translate the link seq range to ordinals from the link's newest durable
+record (ranges are validated by `LinkSeqSpace.check_range`: 553 for a bad range, 570 beyond the
+maximum gap), seek to the bucket's offset and collect that link's records. The range must lie in
+the current epoch, within the link retention window (`retention_ms`, by each record's time;
+Kafka deletes later, on its own schedule) and be complete; otherwise 569, link context gone.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, NamedTuple
+
+import structlog
+
+from broker.codec import Codec, default_codec
+from broker.errors import (
+    BadGapRange,
+    InvalidParameter,
+    JournalUnavailable,
+    LinkContextGone,
+    NotYourLink,
+)
+from broker.kafka_io import (
+    Delivery,
+    KafkaConfig,
+    KafkaProducer,
+    Position,
+    partition_count,
+    read_partition,
+)
+from broker.records import JournalEntry, now_ms, to_ms
+from broker.robust.config import DEFAULT_MAX_GAP
+from broker.robust.linkid import validate_link_id
+from broker.robust.linkseq import DEFAULT_BITS, LinkSeqSpace
+
+__all__ = [
+    "LINK_BUCKET",
+    "LinkBatchCallback",
+    "LinkHead",
+    "LinkItem",
+    "LinkKind",
+    "LinkLog",
+    "LinkRecord",
+    "LinkRecoveryReport",
+]
+
+log = structlog.get_logger(__name__)
+
+#: Ordinals per sparse-index entry: a read scans at most this many of the link's records
+#: before the first one it wants.
+LINK_BUCKET = 1024
+#: Flush checkpoints at least this often, or after this many deliveries.
+CHECKPOINT_INTERVAL_S = 1.0
+CHECKPOINT_EVERY = 1000
+#: Index buckets older than the retention window are dropped at most this often.
+PRUNE_INTERVAL_S = 60.0
+
+SCHEMA = "link_record"
+CHECKPOINT_SCHEMA = "link_checkpoint"
+
+
+class LinkKind(StrEnum):
+    """What one link seq carried."""
+
+    #: a message: its journal coordinates, source and source seq
+    DATA = "DATA"
+    #: a heartbeat on an idle link
+    HEARTBEAT = "HEARTBEAT"
+    #: link seq 0: a new epoch
+    RESET = "RESET"
+
+
+@dataclass(frozen=True, slots=True)
+class LinkItem:
+    """What the fan-out asks to put on a link; the log gives it its seq."""
+
+    link: str
+    kind: LinkKind
+    position: Position | None = None
+    source: str | None = None
+    source_seq: int | None = None
+    #: RESET only: the subscriber that owns the link (set when it claims the link)
+    owner: str | None = None
+
+    @classmethod
+    def data(cls, link: str, entry: JournalEntry) -> LinkItem:
+        return cls(link, LinkKind.DATA, entry.position, entry.source, entry.source_seq)
+
+    @classmethod
+    def heartbeat(cls, link: str) -> LinkItem:
+        return cls(link, LinkKind.HEARTBEAT)
+
+    @classmethod
+    def reset(cls, link: str, owner: str | None = None) -> LinkItem:
+        return cls(link, LinkKind.RESET, owner=owner)
+
+    def check(self) -> None:
+        """553 unless the fields fit the kind."""
+        validate_link_id(self.link)
+        if self.kind is LinkKind.DATA:
+            if self.position is None or self.source is None or type(self.source_seq) is not int \
+                    or self.source_seq < 1:
+                raise InvalidParameter("a DATA link item names its journal position, source"
+                                       " and source seq")
+        elif self.position is not None or self.source is not None \
+                or self.source_seq is not None:
+            raise InvalidParameter(f"a {self.kind} link item carries no message")
+        if self.owner is not None and self.kind is not LinkKind.RESET:
+            raise InvalidParameter("only a RESET names the link's owner")
+
+
+@dataclass(frozen=True, slots=True)
+class LinkRecord:
+    """One record of the link log: what link seq `link_seq` of `epoch` carried."""
+
+    link: str
+    ordinal: int
+    epoch: int
+    epoch_start: int
+    bits: int
+    link_seq: int
+    kind: LinkKind
+    position: Position | None
+    source: str | None
+    source_seq: int | None
+    owner: str | None
+    writer: int
+    recorded_at: int
+
+    def to_avro(self) -> dict[str, Any]:
+        pos = self.position
+        return {
+            "link": self.link, "ordinal": self.ordinal, "epoch": self.epoch,
+            "epoch_start": self.epoch_start, "bits": self.bits, "kind": self.kind.value,
+            "journal_partition": None if pos is None else pos.partition,
+            "journal_offset": None if pos is None else pos.offset,
+            "source": self.source, "source_seq": self.source_seq, "owner": self.owner,
+            "writer": self.writer, "recorded_at": self.recorded_at,
+        }
+
+    @classmethod
+    def from_avro(cls, rec: dict[str, Any]) -> LinkRecord:
+        part, off = rec["journal_partition"], rec["journal_offset"]
+        bits = rec["bits"]
+        return cls(
+            link=rec["link"], ordinal=rec["ordinal"], epoch=rec["epoch"],
+            epoch_start=rec["epoch_start"], bits=bits,
+            link_seq=LinkSeqSpace(bits).add(0, rec["ordinal"] - rec["epoch_start"]),
+            kind=LinkKind(rec["kind"]),
+            position=None if part is None or off is None else Position(part, off),
+            source=rec["source"], source_seq=rec["source_seq"], owner=rec["owner"],
+            writer=rec["writer"], recorded_at=to_ms(rec["recorded_at"]) or 0,
+        )
+
+
+class LinkHead(NamedTuple):
+    """Where a link stands: its newest record's epoch, link seq and ordinal."""
+
+    link: str
+    epoch: int
+    link_seq: int
+    ordinal: int
+    epoch_start: int
+    bits: int
+    owner: str | None
+
+
+@dataclass
+class LinkRecoveryReport:
+    links: int = 0
+    scanned: int = 0
+    seconds: float = 0.0
+    writer: int = 0
+
+
+@dataclass
+class _State:
+    """A link's newest record (assigned, or durable), and for durable state its index."""
+
+    ordinal: int
+    epoch: int
+    epoch_start: int
+    bits: int
+    owner: str | None
+    position: Position | None = None
+    writer: int = 0
+    dirty: bool = False
+    #: bucket -> (lowest offset seen of a record in it, when it was indexed)
+    buckets: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    def head(self, link: str) -> LinkHead:
+        return LinkHead(link, self.epoch, LinkSeqSpace(self.bits).add(0, self.ordinal
+                                                                       - self.epoch_start),
+                        self.ordinal, self.epoch_start, self.bits, self.owner)
+
+
+#: One outcome per record `append_many` returned, in the same order.
+LinkBatchCallback = Callable[[list["LinkRecord | JournalUnavailable"]], None]
+
+
+class _Batch:
+    """One `append_many` in flight; see broker/journal.py `_Batch` for the token counting."""
+
+    __slots__ = ("callback", "left", "log", "outcomes")
+
+    def __init__(self, log_: LinkLog, records: list[LinkRecord],
+                 callback: LinkBatchCallback) -> None:
+        self.log = log_
+        self.callback = callback
+        self.outcomes: list[LinkRecord | JournalUnavailable] = list(records)
+        self.left = list(range(len(records)))
+
+    def done(self) -> None:
+        if not self.left.pop():
+            try:
+                self.callback(self.outcomes)
+            except Exception:  # the caller's bug must not stop other delivery reports
+                log.exception("link append callback failed")
+
+
+class _Record(Delivery):
+    __slots__ = ("batch", "index")
+
+    def __init__(self, batch: _Batch, index: int) -> None:
+        self.batch = batch
+        self.index = index
+
+    def delivered(self, partition: int, offset: int) -> None:
+        batch = self.batch
+        record = batch.outcomes[self.index]
+        assert isinstance(record, LinkRecord)
+        batch.log._on_durable(record, Position(partition, offset))
+        batch.done()
+
+    def failed(self, error: JournalUnavailable) -> None:
+        batch = self.batch
+        record = batch.outcomes[self.index]
+        if isinstance(record, LinkRecord):
+            batch.log._on_failed(record, error)
+        batch.outcomes[self.index] = error
+        batch.done()
+
+
+class LinkLog:
+    """What each link seq carried, in `NS.links`; see the module docstring.
+
+    Args:
+        bits: link seq resolution for new epochs (16, 32 or 64).
+        max_gap: most link seqs one `read_range` may return (more: 570).
+        retention_ms: the link retention window (default: the config's `link_retention_ms`).
+        clock: epoch milliseconds (tests move it).
+    """
+
+    def __init__(self, config: KafkaConfig, producer: KafkaProducer, codec: Codec | None = None,
+                 *, bits: int = DEFAULT_BITS, max_gap: int = DEFAULT_MAX_GAP,
+                 retention_ms: int | None = None, clock: Callable[[], int] = now_ms) -> None:
+        self.config = config
+        self.topic = config.topic("links")
+        self.index_topic = config.topic("linkindex")
+        self.space = LinkSeqSpace(bits)
+        self.max_gap = max_gap
+        self.retention_ms = config.link_retention_ms if retention_ms is None else retention_ms
+        self._clock = clock
+        self._producer = producer
+        self._codec = codec or default_codec()
+        # _lock: assignment and produce order. _book: what delivery reports update (poll
+        # thread, or any thread inside flush()); never take _lock under _book.
+        self._lock = threading.Lock()
+        self._book = threading.RLock()
+        self._claims = threading.Lock()  # one claim at a time: check, then append
+        self._heads: dict[str, _State] = {}
+        self._durable: dict[str, _State] = {}
+        #: links whose next append must begin a new epoch. Delivery reports add to it without
+        #: _lock (set.add is atomic under the GIL; append_many may be waiting for queue space
+        #: that only those reports free).
+        self._broken: set[str] = set()
+        self._partition_hw: dict[int, int] = {}
+        self._marked: dict[int, int] = {}
+        self._since_flush = 0
+        self._last_flush = time.monotonic()
+        self._last_prune = time.monotonic()
+        self._partitions = 0
+        self._writer = 0
+        producer.add_after_poll(self._maybe_flush)
+
+    # --- appends --------------------------------------------------------------------------
+
+    def partition_for(self, link: str) -> int:
+        return zlib.crc32(link.encode()) % self._partitions
+
+    def append_many(self, items: Sequence[LinkItem], callback: LinkBatchCallback,
+                    ) -> list[LinkRecord]:
+        """Give each item the next seq on its link, in the order given; queue them all.
+
+        Returns the records at once — more than `items` when a link needs a RESET first (a new
+        link, or one whose earlier record failed), so the caller sends those resets too.
+        `callback` runs once, when every returned record is durable or has failed, with one
+        entry per returned record: the record, or the `JournalUnavailable` saying why not. An
+        empty batch calls back at once. Invalid items raise (553) before anything is assigned.
+        """
+        if not self._partitions:
+            raise JournalUnavailable("the link log has not been recovered yet")
+        for i, item in enumerate(items):
+            try:
+                item.check()
+            except InvalidParameter as exc:
+                exc.add_note(f"link item {i} of the batch")
+                raise
+        if not items:
+            callback([])
+            return []
+        records: list[LinkRecord] = []
+        with self._lock:
+            at = self._clock()
+            heads: dict[str, _State] = {}  # this batch's new heads, committed once produced
+            for item in items:
+                link = item.link
+                head = heads.get(link) or self._heads.get(link)
+                if item.kind is not LinkKind.RESET and (
+                        head is None or link in self._broken or head.bits != self.space.bits):
+                    head = self._next_record(records, LinkItem.reset(link), head, at)
+                    self._broken.discard(link)
+                elif item.kind is LinkKind.RESET:
+                    self._broken.discard(link)
+                heads[link] = self._next_record(records, item, head, at)
+            batch = _Batch(self, records, callback)
+            encode = self._codec.encode
+            queued = [(r.link.encode(), encode(SCHEMA, r.to_avro()), self.partition_for(r.link),
+                       _Record(batch, i)) for i, r in enumerate(records)]
+            refused = self._producer.produce_many(self.topic, queued)
+            self._heads.update(heads)
+        for delivery, error in refused:  # outside the lock: this may run the callback
+            delivery.failed(error)
+        return records
+
+    def _next_record(self, out: list[LinkRecord], item: LinkItem, head: _State | None,
+                     at: int) -> _State:
+        ordinal = 0 if head is None else head.ordinal + 1
+        owner = head.owner if head is not None else None
+        if item.kind is LinkKind.RESET:
+            epoch = 0 if head is None else head.epoch + 1
+            start, bits = ordinal, self.space.bits
+            owner = item.owner or owner
+        else:
+            assert head is not None
+            epoch, start, bits = head.epoch, head.epoch_start, head.bits
+        out.append(LinkRecord(
+            item.link, ordinal, epoch, start, bits,
+            self.space.add(0, ordinal - start) if bits == self.space.bits
+            else LinkSeqSpace(bits).add(0, ordinal - start),
+            item.kind, item.position, item.source, item.source_seq,
+            item.owner if item.kind is LinkKind.RESET else None, self._writer, at))
+        return _State(ordinal, epoch, start, bits, owner)
+
+    def append_sync(self, items: Sequence[LinkItem], timeout_s: float = 60.0,
+                    ) -> list[LinkRecord]:
+        """`append_many` and wait; raises the first failure."""
+        done = threading.Event()
+        out: list[list[LinkRecord | JournalUnavailable]] = []
+
+        def cb(outcomes: list[LinkRecord | JournalUnavailable]) -> None:
+            out.append(outcomes)
+            done.set()
+
+        self.append_many(items, cb)
+        if not done.wait(timeout_s):
+            raise JournalUnavailable("no answer from kafka in time")
+        for outcome in out[0]:
+            if isinstance(outcome, JournalUnavailable):
+                raise outcome
+        return [r for r in out[0] if isinstance(r, LinkRecord)]
+
+    def claim(self, link: str, owner: str) -> LinkRecord | None:
+        """Make `owner` the owner of `link` (on subscribe): a new link begins with its epoch-0
+        reset, durable when this returns; a link `owner` already has is left alone (None);
+        537 if another owns it. An existing link nobody owns is claimed by a reset that begins
+        a new epoch, since ownership travels on resets."""
+        validate_link_id(link)
+        with self._claims:
+            with self._lock:
+                head = self._heads.get(link)
+            if head is not None:
+                if head.owner is not None and head.owner != owner:
+                    raise NotYourLink(f"link {link!r} belongs to another subscriber")
+                if head.owner == owner:
+                    return None
+            return self.append_sync([LinkItem.reset(link, owner)])[0]
+
+    def check_owner(self, link: str, requester: str) -> None:
+        """537 unless `requester` may ask for `link`'s ranges (its owner, or nobody owns it)."""
+        with self._lock:
+            head = self._heads.get(link)
+        if head is not None and head.owner is not None and head.owner != requester:
+            raise NotYourLink(f"link {link!r} belongs to another subscriber")
+
+    # --- what is where --------------------------------------------------------------------
+
+    def head(self, link: str) -> LinkHead | None:
+        """The link's newest *assigned* record (what the next append follows)."""
+        with self._lock:
+            st = self._heads.get(link)
+        return None if st is None else st.head(link)
+
+    def last(self, link: str) -> LinkHead | None:
+        """The link's newest *durable* record; after recovery the next seq follows it."""
+        with self._book:
+            st = self._durable.get(link)
+            return None if st is None else st.head(link)
+
+    def links(self) -> list[str]:
+        with self._lock:
+            return list(self._heads)
+
+    # --- delivery bookkeeping (poll thread or inside flush) --------------------------------
+
+    def _on_durable(self, record: LinkRecord, pos: Position) -> None:
+        with self._book:
+            st = self._durable.get(record.link)
+            if st is None:
+                st = self._durable[record.link] = _State(
+                    record.ordinal, record.epoch, record.epoch_start, record.bits, record.owner)
+            self._book_record(st, record, pos)
+            if pos.offset > self._partition_hw.get(pos.partition, -1):
+                self._partition_hw[pos.partition] = pos.offset
+            self._since_flush += 1
+
+    def _book_record(self, st: _State, record: LinkRecord, pos: Position) -> None:
+        if record.ordinal >= st.ordinal:
+            st.ordinal, st.epoch, st.epoch_start = record.ordinal, record.epoch, record.epoch_start
+            st.bits, st.position, st.writer, st.dirty = record.bits, pos, record.writer, True
+            if record.kind is LinkKind.RESET and record.owner is not None:
+                st.owner = record.owner
+        bucket = record.ordinal // LINK_BUCKET
+        seen = st.buckets.get(bucket)
+        if seen is None or pos.offset < seen[0]:
+            st.buckets[bucket] = (pos.offset, record.recorded_at)
+            self._write_checkpoint(f"{record.link}\x00{bucket}", record.link, st, pos)
+
+    def _on_failed(self, record: LinkRecord, error: JournalUnavailable) -> None:
+        log.warning("link record failed; the link begins a new epoch", link=record.link,
+                    ordinal=record.ordinal, error=str(error))
+        self._broken.add(record.link)
+
+    def _write_checkpoint(self, key: str, link: str, st: _State, pos: Position) -> None:
+        value = self._codec.encode(CHECKPOINT_SCHEMA, {
+            "link": link, "ordinal": st.ordinal, "epoch": st.epoch,
+            "epoch_start": st.epoch_start, "bits": st.bits, "owner": st.owner,
+            "partition": pos.partition, "offset": pos.offset, "writer": st.writer,
+            "updated_at": self._clock(),
+        })
+        self._producer.produce(self.index_topic, key.encode(), value, _ignore, partition=0)
+
+    def _maybe_flush(self) -> None:
+        if self._since_flush == 0:
+            return
+        if (self._since_flush < CHECKPOINT_EVERY
+                and time.monotonic() - self._last_flush < CHECKPOINT_INTERVAL_S):
+            return
+        self._flush_checkpoints()
+
+    def _flush_checkpoints(self) -> None:
+        with self._book:
+            for link, st in self._durable.items():
+                if st.dirty and st.position is not None:
+                    self._write_checkpoint(link, link, st, st.position)
+                    st.dirty = False
+            for part, off in self._partition_hw.items():
+                if self._marked.get(part) != off:
+                    self._write_checkpoint(f"\x00partition\x00{part}", "", _MARKER,
+                                           Position(part, off))
+                    self._marked[part] = off
+            if time.monotonic() - self._last_prune > PRUNE_INTERVAL_S:
+                self._prune()
+            self._since_flush = 0
+            self._last_flush = time.monotonic()
+
+    def _prune(self) -> None:
+        """Drop index buckets indexed before the retention window (and tombstone their keys),
+        keeping each link's newest bucket: reads never start in expired records anyway."""
+        cutoff = self._clock() - self.retention_ms
+        for link, st in self._durable.items():
+            newest = max(st.buckets, default=None)
+            for bucket, (_, at) in list(st.buckets.items()):
+                if bucket != newest and at < cutoff:
+                    del st.buckets[bucket]
+                    self._producer.produce(self.index_topic, f"{link}\x00{bucket}".encode(),
+                                           None, _ignore, partition=0)
+        self._last_prune = time.monotonic()
+
+    def flush(self, timeout_s: float = 60.0) -> None:
+        """Wait until every queued record has its outcome, then write the checkpoints."""
+        if self._producer.flush(timeout_s):
+            raise JournalUnavailable("kafka did not take every queued link record in time")
+        self._flush_checkpoints()
+
+    # --- recovery -------------------------------------------------------------------------
+
+    def recover(self) -> LinkRecoveryReport:
+        """Rebuild every link's newest durable record from Kafka; ready for appends."""
+        started = time.monotonic()
+        report = LinkRecoveryReport()
+        self._partitions = partition_count(self.config, self.topic)
+        markers: dict[int, int] = {}
+        writer = 0
+        with self._book:
+            for rec in read_partition(self.config, self.index_topic, 0):
+                if rec.key is None:
+                    continue
+                key = rec.key.decode()
+                if rec.value is None:  # a pruned bucket
+                    link, _, bucket = key.partition("\x00")
+                    if bucket and link in self._durable:
+                        self._durable[link].buckets.pop(int(bucket), None)
+                    continue
+                _, cp = self._codec.decode(rec.value, expect=CHECKPOINT_SCHEMA)
+                if key.startswith("\x00partition\x00"):
+                    markers[cp["partition"]] = cp["offset"]
+                    continue
+                link, _, bucket = key.partition("\x00")
+                st = self._durable.get(link)
+                if st is None:
+                    st = self._durable[link] = _State(cp["ordinal"], cp["epoch"],
+                                                      cp["epoch_start"], cp["bits"], cp["owner"])
+                if bucket:
+                    at = to_ms(cp["updated_at"]) or 0
+                    st.buckets[int(bucket)] = (cp["offset"], at)
+                elif cp["ordinal"] >= st.ordinal:
+                    st.ordinal, st.epoch, st.epoch_start = (cp["ordinal"], cp["epoch"],
+                                                            cp["epoch_start"])
+                    st.bits, st.owner, st.writer = cp["bits"], cp["owner"], cp["writer"]
+                    st.position = Position(cp["partition"], cp["offset"])
+                writer = max(writer, cp["writer"])
+            for part in range(self._partitions):
+                start = markers[part] + 1 if part in markers else None
+                for rec in read_partition(self.config, self.topic, part, start):
+                    report.scanned += 1
+                    if rec.value is None:
+                        continue
+                    record = self._decode(rec.value)
+                    st = self._durable.get(record.link)
+                    if st is None:
+                        st = self._durable[record.link] = _State(
+                            record.ordinal, record.epoch, record.epoch_start, record.bits,
+                            record.owner)
+                    self._book_record(st, record, rec.position)
+                    self._partition_hw[part] = rec.position.offset
+                    writer = max(writer, record.writer)
+            self._writer = max(self._clock(), writer + 1)
+            with self._lock:
+                for link, st in self._durable.items():
+                    self._heads[link] = _State(st.ordinal, st.epoch, st.epoch_start, st.bits,
+                                               st.owner)
+                    if st.bits != self.space.bits:
+                        self._broken.add(link)
+        self._flush_checkpoints()
+        self._producer.flush(30)
+        report.links = len(self._durable)
+        report.writer = self._writer
+        report.seconds = time.monotonic() - started
+        log.info("link log recovered", links=report.links, scanned=report.scanned,
+                 seconds=round(report.seconds, 2))
+        return report
+
+    # --- reads ----------------------------------------------------------------------------
+
+    def _decode(self, value: bytes) -> LinkRecord:
+        _, rec = self._codec.decode(value, expect=SCHEMA)
+        return LinkRecord.from_avro(rec)
+
+    def read_range(self, link: str, lo: int, hi: int | None = None, *,
+                   epoch: int | None = None) -> list[LinkRecord]:
+        """The records of link seqs `lo..hi` (inclusive, forward through the wrap; `hi` None:
+        through the newest durable one), in link order.
+
+        Raises:
+            BadGapRange: 553, a bad range (see `LinkSeqSpace.check_range`), or seqs the link
+                has not carried yet (or more than half the space ago: indistinguishable).
+            RebuildRefused: 570, more than `max_gap` seqs.
+            LinkContextGone: 569, the link is unknown, `epoch` is not its current epoch, or
+                part of the range lies before the epoch's reset, past the retention window, or
+                was never durable.
+        """
+        validate_link_id(link)
+        with self._book:
+            st = self._durable.get(link)
+            head = None if st is None else st.head(link)
+        if head is None:
+            raise LinkContextGone(f"link {link!r} is unknown here: never used, or its records"
+                                  " have expired; repair by source")
+        if epoch is not None and epoch != head.epoch:
+            raise LinkContextGone(f"epoch {epoch} of link {link!r} is over; the link is at epoch"
+                                  f" {head.epoch}; repair by source")
+        space = LinkSeqSpace(head.bits)
+        first = space.check(lo, "linkfrom")
+        if hi is None:
+            if first == space.next(head.link_seq):
+                return []  # nothing after the newest: a returning subscriber missed nothing
+            hi = head.link_seq
+        if head.link_seq == 0:
+            raise BadGapRange(f"link {link!r} has carried nothing since its reset began epoch"
+                              f" {head.epoch}")
+        count = space.check_range(first, hi, self.max_gap)
+        behind = space.distance(hi, head.link_seq)
+        if behind < 0:
+            raise BadGapRange(f"link seq {hi} is not among the link seqs link {link!r} has"
+                              f" carried in epoch {head.epoch} (the newest is {head.link_seq})")
+        b = head.ordinal - behind
+        a = b - count + 1
+        if a <= head.epoch_start:
+            raise LinkContextGone(f"link seqs {first}..{hi} reach back before the reset that"
+                                  f" began epoch {head.epoch}; repair by source")
+        records = self._scan(link, a, b)
+        cutoff = self._clock() - self.retention_ms
+        if len(records) != count or records[0].recorded_at < cutoff:
+            raise LinkContextGone(f"link seqs {first}..{hi} of link {link!r} are past the link"
+                                  " retention window; repair by source")
+        return records
+
+    def _scan(self, link: str, a: int, b: int) -> list[LinkRecord]:
+        """The link's records with ordinals a..b, newest writer first for a shared ordinal."""
+        key = link.encode()
+        with self._book:
+            st = self._durable.get(link)
+            buckets = {} if st is None else dict(st.buckets)
+        want = a // LINK_BUCKET
+        start = None
+        best = -1
+        for bucket, (offset, _) in buckets.items():
+            if best < bucket <= want:
+                best, start = bucket, offset
+        found: dict[int, LinkRecord] = {}
+        count = b - a + 1
+        for rec in read_partition(self.config, self.topic, self.partition_for(link), start):
+            if rec.key != key or rec.value is None:
+                continue
+            record = self._decode(rec.value)
+            if a <= record.ordinal <= b:
+                old = found.get(record.ordinal)
+                if old is None or record.writer > old.writer:
+                    found[record.ordinal] = record
+            elif record.ordinal > b and len(found) == count:
+                break
+        return [found[o] for o in range(a, b + 1) if o in found]
+
+
+#: The checkpoint fields a partition marker leaves unused.
+_MARKER = _State(-1, -1, -1, 16, None)
+
+
+def _ignore(err: Exception | None, pos: Position | None) -> None:
+    if err is not None:
+        log.warning("link checkpoint write failed; recovery will rescan further", error=str(err))
+
