@@ -66,6 +66,8 @@ from .server import APEX_WINDOW, READ_SIZE
 
 __all__ = ["DEFAULT_TIMEOUT", "ApexClient"]
 
+#: Requests one client keeps unanswered at most (see `_in_flight`).
+MAX_IN_FLIGHT = 32
 #: Seconds to wait for the relay's greeting, channel start and each reply.
 DEFAULT_TIMEOUT = 30.0
 
@@ -79,6 +81,9 @@ class ApexClient:
         self._conn = BeepConnection(Role.INITIATOR, BeepConfig(window_size=APEX_WINDOW),
                                     profiles=[])
         self._pending: dict[int, asyncio.Future[Operation]] = {}
+        #: requests awaiting their reply at once: pipelining helps, but a relay cuts off a
+        #: channel with more MSGs pending than its limit (BeepConfig's default is 64)
+        self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._inbox: asyncio.Queue[Data | None] = asyncio.Queue()
         self._channel = 0
@@ -183,17 +188,21 @@ class ApexClient:
             self._conn.send_rpy(event.channel, event.msgno, body, content_type)
 
     async def _request(self, operation: Operation) -> None:
+        async with self._in_flight:
+            reply = await self._exchange(operation)
+        if isinstance(reply, Error):
+            raise reply.exception()
+        if not isinstance(reply, Ok):
+            raise NotTaken(f"the relay answered with <{type(reply).__name__.lower()}>")
+
+    async def _exchange(self, operation: Operation) -> Operation:
         content_type, body = encode(operation)
         msgno = self._conn.send_msg(self._channel, body, content_type)
         future: asyncio.Future[Operation] = asyncio.get_running_loop().create_future()
         self._pending[msgno] = future
         self._flush()
         await self._writer.drain()
-        reply = await asyncio.wait_for(future, self.timeout)
-        if isinstance(reply, Error):
-            raise reply.exception()
-        if not isinstance(reply, Ok):
-            raise NotTaken(f"the relay answered with <{type(reply).__name__.lower()}>")
+        return await asyncio.wait_for(future, self.timeout)
 
     async def attach(self, endpoint: Endpoint | str, *, options: Iterable[Option] = ()) -> int:
         """Attach as `endpoint` (with `options`, e.g. RFC 3342's attachOverride); return the

@@ -340,7 +340,11 @@ class ApexServer:
             if session.waiting.get(event.channel) is asyncio.current_task():
                 del session.waiting[event.channel]
             if event.channel in session.channels:
-                self._complete(session, event, operation, final)
+                try:
+                    self._complete(session, event, operation, final)
+                except ApexpsError as exc:  # the session ended while the service worked
+                    log.info("reply dropped", error=str(exc))
+                    return
                 self._flush(session)
 
     def _complete(self, session: _Session, event: MessageReceived, operation: Operation,
