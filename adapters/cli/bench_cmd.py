@@ -11,7 +11,7 @@ BENCHES = {
     "selectors": ("ops.bench.bench_selectors", "selector evaluation, index and Spark matching"),
     "beep": ("ops.bench.bench_beep", "BEEP frame parser throughput"),
     "apex": ("ops.bench.bench_apex", "APEX data->ok round trips through a live ApexServer"),
-    "pubsub": ("ops.bench.bench_pubsub", "publish->deliver through apex=pubsub vs raw produce+consume"),
+    "pubsub": ("ops.bench.bench_pubsub", "publish->deliver via apex=pubsub vs raw Kafka"),
 }
 
 
