@@ -97,6 +97,16 @@ async def _steps(config: KafkaConfig, access: Path) -> None:
             await fred.cancel("music.rock")
         await fred.cancel("music.jazz")
         assert app.service.recipients("music.jazz") == []
+        # "only subscribers may publish" (draft §7): music.bop has no general core:data allow;
+        # the service grants it on subscribe and takes it back on cancel
+        await admin.create_topic("music.bop")
+        with pytest.raises(AccessDenied):
+            await fred.publish("music.bop", b"before")
+        await fred.subscribe("music.bop", 60)
+        await fred.publish("music.bop", b"while subscribed")
+        await fred.cancel("music.bop")
+        with pytest.raises(AccessDenied):
+            await fred.publish("music.bop", b"after")
         # deletetopic: 537, 553 unknown, 250; then data to it is 550
         with pytest.raises(AccessDenied):
             await fred.delete_topic("music.jazz")
