@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 from collections import deque
 from collections.abc import Callable
@@ -67,6 +68,12 @@ class _Pending:
     targets: list[tuple[str, JournalEntry | None]]
     outcomes: list[LinkRecord | JournalUnavailable] | None = None
     records: list[LinkRecord] = field(default_factory=list)
+
+
+@functools.lru_cache(maxsize=65536)
+def _endpoint(who: str) -> Endpoint:
+    """Subscribers recur on every delivery; parse each once."""
+    return Endpoint.parse(who)
 
 
 def _data_stamp(rec: LinkRecord, entry: JournalEntry, refilled: bool = False) -> Option:
@@ -174,12 +181,12 @@ class SequencedFanout:
                             link_seq=record.link_seq, error=str(outcome))
                 continue
             if entry is None or record.kind is not LinkKind.DATA:
-                self._send(self._link_data(Endpoint.parse(who), record))
+                self._send(self._link_data(_endpoint(who), record))
                 continue
             group = by_entry.get(id(entry))
             if group is None:
                 group = by_entry[id(entry)] = (entry, [], [])
-            group[1].append(Endpoint.parse(who))
+            group[1].append(_endpoint(who))
             group[2].append((_data_stamp(record, entry),))
         for entry, recipients, options in by_entry.values():
             self._send(Data(Endpoint(SERVICE, self.service.domain, entry.topic),
@@ -211,7 +218,10 @@ class SequencedFanout:
             now = self._loop.time()
             items: list[LinkItem] = []
             targets: list[tuple[str, JournalEntry | None]] = []
-            for link, who in self.service.links_of_subscribers().items():
+            subscribed = self.service.links_of_subscribers()
+            for gone in self._active.keys() - subscribed.keys():
+                del self._active[gone]  # no subscription travels on it any more: no heartbeats
+            for link, who in subscribed.items():
                 last = self._active.setdefault(link, now)
                 if now - last >= interval:
                     items.append(LinkItem.heartbeat(link))

@@ -11,8 +11,10 @@ What arrives (draft-schwartz-apex-pubsub §4):
   forwarding a request to us as its redistributor (§2.4, §4.5 step 4).
 
 What leaves: forwarding of journaled messages (`forward`, called with what the journal follower
-read back), cancel notices on expiry and topic deletion, forwarded requests to redistributors,
-and replies a redistributor sent us, passed on to whoever asked.
+read back; with a link log, sequenced per subscriber link by `_sequenced.SequencedFanout`, which
+also serves gap requests, capability queries and heartbeats), cancel notices on expiry and
+topic deletion, forwarded requests to redistributors, and replies a redistributor sent us,
+passed on to whoever asked.
 
 Management runs in a worker thread (registry writes wait for Kafka) under one lock, so two
 requests never interleave their check-then-write steps.
