@@ -21,6 +21,7 @@ from broker.holds import KafkaHolds
 from broker.kafka_io import KafkaConfig
 from broker.pubsub import JournalFollower, PubsubService
 from broker.records import AccessEffect, AccessEntry, now_ms
+from broker.robust.config import RobustConfig
 
 __all__ = ["DEFAULT_ACCESS_ID", "BrokerApp"]
 
@@ -37,7 +38,8 @@ class BrokerApp:
                  peers: list[tuple[str, str, int]] | None = None,
                  accept_peers: list[str] | None = None,
                  redistribute: list[tuple[str, str]] | None = None,
-                 security: dict[str, Any] | None = None) -> None:
+                 security: dict[str, Any] | None = None,
+                 robust: RobustConfig | None = None) -> None:
         """`peers`: (domain, host, port) of relays to keep a link to (relay-relay mode);
         `accept_peers`: domains whose relays may bind to us; `redistribute`: (topic, domain)
         pairs this broker redistributes (draft §2.4); `security`: ApexServer's TLS and SASL
@@ -48,7 +50,7 @@ class BrokerApp:
         self.peers = list(peers or ())
         self.accept_peers = frozenset(d.lower() for d in accept_peers or ())
         self.host, self.port, self.access_file = host, port, access_file
-        self.core = BrokerCore(config)
+        self.core = BrokerCore(config, robust=robust)
         self.report: OpenReport | None = None
 
     async def start(self) -> None:
@@ -62,7 +64,8 @@ class BrokerApp:
         self.relay = Relay(domain=self.domain, may_bind=lambda _ref, peer: peer in accepted,
                            holds=self.holds)
         self.server = ApexServer(self.relay, host=self.host, port=self.port, **self.security)
-        self.handler = PubsubHandler(self.service, self.core.journal, self.server.send)
+        self.handler = PubsubHandler(self.service, self.core.journal, self.server.send,
+                                     self.core.links, self.core.robust)
         self.relay.register_service(SERVICE, self.handler)
         self.follower = await asyncio.to_thread(
             JournalFollower, self.config, self.core.codec, self.handler.forward_threadsafe)

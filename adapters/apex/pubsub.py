@@ -11,8 +11,10 @@ What arrives (draft-schwartz-apex-pubsub §4):
   forwarding a request to us as its redistributor (§2.4, §4.5 step 4).
 
 What leaves: forwarding of journaled messages (`forward`, called with what the journal follower
-read back), cancel notices on expiry and topic deletion, forwarded requests to redistributors,
-and replies a redistributor sent us, passed on to whoever asked.
+read back; with a link log, sequenced per subscriber link by `_sequenced.SequencedFanout`, which
+also serves gap requests, capability queries and heartbeats), cancel notices on expiry and
+topic deletion, forwarded requests to redistributors, and replies a redistributor sent us,
+passed on to whoever asked.
 
 Management runs in a worker thread (registry writes wait for Kafka) under one lock, so two
 requests never interleave their check-then-write steps.
@@ -24,6 +26,7 @@ import asyncio
 import contextlib
 import functools
 import itertools
+import re
 from collections.abc import Callable, Iterable
 
 import structlog
@@ -32,6 +35,9 @@ from broker.errors import ApexpsError, JournalUnavailable, ParameterSyntaxError
 from broker.journal import Appended, Journal
 from broker.pubsub import Forward, PubsubService
 from broker.records import JournalEntry, Publication, Subscription
+from broker.robust.config import RobustConfig
+from broker.robust.linkid import default_link_id
+from broker.robust.links import LinkLog
 
 from ._codec import BEEP_XML, Data, Option, TargetHop
 from ._endpoint import Endpoint
@@ -49,6 +55,8 @@ from ._pubsub_codec import (
     encode_pubsub,
 )
 from ._relay import ServiceResult
+from ._robust_codec import ROBUST_ELEMENTS, decode_robust
+from ._sequenced import SequencedFanout
 
 __all__ = ["SERVICE", "PubsubHandler"]
 
@@ -64,22 +72,39 @@ REPORT_SERVICE = "apex=report"
 DEFAULT_HOPS = 8
 
 
+#: The root element's name, after an optional XML declaration, comments or PIs.
+_ROOT = re.compile(rb"\s*(?:<[?!][^>]*>\s*)*<([A-Za-z_][\w.:-]*)")
+
+
 def _content_xml(op: PubsubOperation) -> bytes:
     return encode_pubsub(op)
+
+
+def _root_tag(content: bytes) -> str | None:
+    match = _ROOT.match(content[:4096])
+    return None if match is None else match.group(1).decode("ascii", "replace")
 
 
 class PubsubHandler:
     """Serve `service` as `apex=pubsub@domain`; `send` routes data the service initiates."""
 
     def __init__(self, service: PubsubService, journal: Journal,
-                 send: Callable[[Data], None]) -> None:
+                 send: Callable[[Data], None], links: LinkLog | None = None,
+                 robust: RobustConfig | None = None) -> None:
+        """`links`: the link log; with it, deliveries are sequenced (docs/robust-binding.md)
+        and gap requests, capability queries and heartbeats are served; without it, the
+        plain topic path."""
         self.service, self.journal, self._send = service, journal, send
+        self.links = links
         self.endpoint = Endpoint(SERVICE, service.domain)
         self._lock = asyncio.Lock()
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._expiry_task: asyncio.Task[None] | None = None
         self._forward_ids = itertools.count(1)
+        self.sequenced = None if links is None else SequencedFanout(
+            service, journal, links, robust or RobustConfig(), send,
+            trans_ids=self._forward_ids)
         #: transIDs of requests we forwarded to a redistributor -> (who asked, their transID)
         self._forwarded: dict[int, tuple[Endpoint, int]] = {}
         #: publications accepted in this event-loop turn, appended together
@@ -96,8 +121,12 @@ class PubsubHandler:
 
     def start(self) -> None:
         self._expiry_task = asyncio.create_task(self._expire_loop())
+        if self.sequenced is not None:
+            self.sequenced.start()
 
     async def close(self) -> None:
+        if self.sequenced is not None:
+            await self.sequenced.close()
         for task in [self._expiry_task, *self._tasks]:
             if task is not None:
                 task.cancel()
@@ -137,6 +166,9 @@ class PubsubHandler:
 
     def on_data(self, data: Data, recipient: Endpoint) -> ServiceResult:
         if recipient.subaddress is None:
+            if self.sequenced is not None and _root_tag(data.content) in ROBUST_ELEMENTS:
+                doc = decode_robust(data.content)
+                return asyncio.ensure_future(self.sequenced.request(data.originator, doc))
             op = decode_pubsub(data.content)
             return asyncio.ensure_future(self._manage(data.originator, op))
         topic = recipient.subaddress
@@ -218,9 +250,16 @@ class PubsubHandler:
             names = svc.list_topics(who)
             return [self._data(originator, TopicList(tuple(names), op.trans_id))]
         if isinstance(op, Subscribe):
-            result = svc.subscribe(who, str(op.subscriber), op.topic, op.duration, op.trans_id)
+            whom = str(op.subscriber)
+            link = op.link or default_link_id(whom)
+            if self.links is not None:
+                self.links.check_owner(link, whom)  # 537 before anything is recorded
+            result = svc.subscribe(who, whom, op.topic, op.duration, op.trans_id,
+                                   link=op.link)
             if isinstance(result, Forward):
                 return [self._forward(originator, op, result)]
+            if self.links is not None:
+                self.links.claim(link, whom)
             return [self._data(originator, Reply(250, op.trans_id))]
         if isinstance(op, Cancel):
             subject = op.subscriber or originator
@@ -273,6 +312,9 @@ class PubsubHandler:
 
     def forward(self, entries: list[JournalEntry]) -> None:
         """Forward journaled messages to their topics' subscribers (on the event loop)."""
+        if self.sequenced is not None:
+            self.sequenced.forward(entries)
+            return
         for entry in entries:
             recipients = self.service.recipients(entry.topic)
             if not recipients:

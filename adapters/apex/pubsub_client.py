@@ -5,6 +5,11 @@ when the service's reply with the same transID arrives, and raises the `ApexpsEr
 other than 250), publishes (returns once the broker holds the message durably), and yields what
 the service sends unprompted — forwarded messages and the cancel that ends a subscription — from
 `events()`.
+
+Robust delivery (docs/robust-binding.md): each `Delivered` carries its sequence stamp when the
+broker sequences deliveries; heartbeats and resets are yielded as `LinkEvent` when asked for
+(`link_events=True`); `gap` asks for a link range again and `capabilities` what the service
+offers.
 """
 
 from __future__ import annotations
@@ -32,9 +37,21 @@ from ._pubsub_codec import (
     decode_pubsub,
     encode_pubsub,
 )
+from ._robust_codec import (
+    ROBUST_ELEMENTS,
+    Capabilities,
+    CapabilityQuery,
+    GapRequest,
+    LinkReply,
+    RobustDocument,
+    Stamp,
+    decode_robust,
+    encode_robust,
+    find_stamp,
+)
 from .client import DEFAULT_TIMEOUT, ApexClient
 
-__all__ = ["Delivered", "Ended", "PubsubClient"]
+__all__ = ["Delivered", "Ended", "LinkEvent", "PubsubClient"]
 
 SERVICE = "apex=pubsub"
 
@@ -47,6 +64,20 @@ class Delivered:
     originator: str
     content: bytes
     content_type: str
+    #: the `apexps.seq` stamp (link, link seq, source, source seq …), if the broker sent one
+    stamp: Stamp | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LinkEvent:
+    """A heartbeat or reset on one of our links (only with `link_events=True`)."""
+
+    stamp: Stamp
+    document: RobustDocument
+
+
+_Answer = Reply | TopicList | LinkReply | Capabilities
+_PUBSUB_OPS = (Cancel, CreateTopic, DeleteTopic, ListTopics, Reply, Subscribe, TopicList)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,20 +90,23 @@ class Ended:
 
 class PubsubClient:
     def __init__(self, client: ApexClient, endpoint: Endpoint,
-                 service_domain: str | None = None) -> None:
+                 service_domain: str | None = None, *, link_events: bool = False) -> None:
         """`service_domain`: whose apex=pubsub to use (default: our own domain's; another
-        domain's is reached through our relay's relay-relay links)."""
+        domain's is reached through our relay's relay-relay links). `link_events`: also
+        yield heartbeats and resets from `events()`."""
         self.client, self.endpoint = client, endpoint
+        self.link_events = link_events
         self.service = Endpoint(SERVICE, service_domain or endpoint.domain)
         self._trans_ids = itertools.count(1)
-        self._waiting: dict[int, asyncio.Future[Reply | TopicList]] = {}
-        self._events: asyncio.Queue[Delivered | Ended | None] = asyncio.Queue()
+        self._waiting: dict[int, asyncio.Future[_Answer]] = {}
+        self._events: asyncio.Queue[Delivered | Ended | LinkEvent | None] = asyncio.Queue()
         self._task = asyncio.create_task(self._demux())
 
     @classmethod
     async def connect(cls, host: str, port: int, endpoint: Endpoint | str, *,
                       timeout: float = DEFAULT_TIMEOUT,
-                      service_domain: str | None = None, **security: Any) -> PubsubClient:
+                      service_domain: str | None = None, link_events: bool = False,
+                      **security: Any) -> PubsubClient:
         """`security`: ApexClient.connect's tls, sasl, mechanism and server_hostname."""
         me = Endpoint.parse(endpoint) if isinstance(endpoint, str) else endpoint
         client = await ApexClient.connect(host, port, timeout, **security)
@@ -81,7 +115,7 @@ class PubsubClient:
         except BaseException:
             await client.close()
             raise
-        return cls(client, me, service_domain)
+        return cls(client, me, service_domain, link_events=link_events)
 
     async def close(self) -> None:
         self._task.cancel()
@@ -97,17 +131,21 @@ class PubsubClient:
 
     # --- requests -----------------------------------------------------------------------
 
-    async def _ask(self, op: PubsubOperation, trans_id: int) -> Reply | TopicList:
-        future: asyncio.Future[Reply | TopicList] = asyncio.get_running_loop().create_future()
+    async def _ask(self, op: PubsubOperation | RobustDocument, trans_id: int) -> _Answer:
+        future: asyncio.Future[_Answer] = asyncio.get_running_loop().create_future()
         self._waiting[trans_id] = future
+        content = (encode_pubsub(op) if isinstance(op, _PUBSUB_OPS) else
+                   encode_robust(op))
         try:
-            await self.client.send(self.endpoint, [self.service], encode_pubsub(op),
+            await self.client.send(self.endpoint, [self.service], content,
                                    "application/beep+xml")
             answer = await asyncio.wait_for(future, self.client.timeout)
         finally:
             self._waiting.pop(trans_id, None)
         if isinstance(answer, Reply) and answer.code != 250:
             raise ApexpsError.for_code(answer.code, answer.text or None)
+        if isinstance(answer, LinkReply) and (exc := answer.exception()) is not None:
+            raise exc
         return answer
 
     async def create_topic(self, topic: str) -> None:
@@ -124,10 +162,28 @@ class PubsubClient:
         return list(answer.names) if isinstance(answer, TopicList) else []
 
     async def subscribe(self, topic: str, duration: int = 3600,
-                        subscriber: Endpoint | str | None = None) -> None:
+                        subscriber: Endpoint | str | None = None,
+                        link: str | None = None) -> None:
+        """`link`: the link the subscription's data travel on (default: the subscriber)."""
         trans = next(self._trans_ids)
         who = self._endpoint(subscriber)
-        await self._ask(Subscribe(who, topic, trans, duration), trans)
+        await self._ask(Subscribe(who, topic, trans, duration, link), trans)
+
+    async def gap(self, link: str, link_from: int, link_to: int | None = None,
+                  epoch: int | None = None) -> LinkReply:
+        """Ask for link seqs `link_from..link_to` again (§5.1). The refilled items arrive
+        from `events()` (stamp.refill) before this returns the 250 `linkreply`; any other code
+        raises its `ApexpsError` (553, 537, 569, 570)."""
+        trans = next(self._trans_ids)
+        answer = await self._ask(GapRequest(link, link_from, trans, link_to, epoch), trans)
+        assert isinstance(answer, LinkReply)
+        return answer
+
+    async def capabilities(self) -> Capabilities:
+        trans = next(self._trans_ids)
+        answer = await self._ask(CapabilityQuery(trans), trans)
+        assert isinstance(answer, Capabilities)
+        return answer
 
     async def cancel(self, topic: str, subscriber: Endpoint | str | None = None) -> None:
         trans = next(self._trans_ids)
@@ -146,7 +202,7 @@ class PubsubClient:
 
     # --- what arrives unprompted --------------------------------------------------------
 
-    async def events(self) -> AsyncIterator[Delivered | Ended]:
+    async def events(self) -> AsyncIterator[Delivered | Ended | LinkEvent]:
         """Forwarded messages and subscription ends, until the connection is lost."""
         while True:
             event = await self._events.get()
@@ -160,13 +216,41 @@ class PubsubClient:
             self._route(data)
         self._events.put_nowait(None)
 
+    def _stamp(self, data: Data) -> Stamp | None:
+        mine = [i for i, r in enumerate(data.recipients) if r == self.endpoint] or [0]
+        try:
+            return find_stamp(data.options_of(mine[0]))
+        except ApexpsError:
+            return None
+
+    def _robust(self, data: Data) -> bool:
+        """Handle a robust delivery document (heartbeat, reset, linkreply, capabilities)."""
+        head = data.content.lstrip()[:64]
+        if not any(head.startswith(b"<" + t.encode()) for t in ROBUST_ELEMENTS):
+            return False
+        try:
+            doc = decode_robust(data.content)
+        except ApexpsError:
+            return True
+        if isinstance(doc, LinkReply | Capabilities):
+            future = self._waiting.get(doc.trans_id) if doc.trans_id else None
+            if future is not None and not future.done():
+                future.set_result(doc)
+            return True
+        stamp = self._stamp(data)
+        if stamp is not None and self.link_events:
+            self._events.put_nowait(LinkEvent(stamp, doc))
+        return True
+
     def _route(self, data: Data) -> None:
         origin = data.originator
         if origin.address != SERVICE:
             return
         if origin.subaddress is not None:
             self._events.put_nowait(Delivered(origin.subaddress, str(origin), data.content,
-                                              data.content_type))
+                                              data.content_type, self._stamp(data)))
+            return
+        if self._robust(data):
             return
         try:
             op = decode_pubsub(data.content)

@@ -102,6 +102,8 @@ async def _subscribe(args: argparse.Namespace) -> int:
                 if not active:
                     break
                 continue
+            if not isinstance(event, Delivered):
+                continue
             print(_as_json(event), flush=True)
             seen += 1
             if args.count and seen >= args.count:

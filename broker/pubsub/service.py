@@ -37,6 +37,7 @@ from broker.core import BrokerCore
 from broker.errors import AccessDenied, InvalidParameter, NotTaken
 from broker.names import validate_topic
 from broker.records import Publication, Subscription, SubscriptionState, Topic, now_ms
+from broker.robust.linkid import default_link_id, validate_link_id
 
 __all__ = [
     "MAX_DURATION_S",
@@ -149,9 +150,12 @@ class PubsubService:
         return None
 
     def subscribe(self, originator: str, subscriber: str, topic: str, duration_s: int,
-                  trans_id: int | None = None) -> Subscription | Forward:
+                  trans_id: int | None = None, *, link: str | None = None,
+                  ) -> Subscription | Forward:
         """§4.5 steps 1-5: 537, 553 (unknown topic), 553 (duration ≤ 0), forward to a
-        redistributor of the subject's domain, else record the subscription."""
+        redistributor of the subject's domain, else record the subscription. `link`: the link
+        its data travel on (docs/robust-binding.md §3; default: the subscriber endpoint); the
+        caller claims it in the link log."""
         self._check(originator, "pubsub:subscribe", topic)
         self._existing(topic)
         if duration_s <= 0:
@@ -165,7 +169,8 @@ class PubsubService:
         sub = Subscription(subscriber=subscriber, subscription_id=topic, topic=topic,
                            duration_s=duration_s, state=SubscriptionState.ACTIVE,
                            created_at=now, expires_at=now + duration_s * 1000,
-                           originator=originator, trans_id=trans_id)
+                           originator=originator, trans_id=trans_id,
+                           link_id=None if link is None else validate_link_id(link))
         self.core.subscriptions.put(sub)
         self.access.grant_subscriber(topic, subscriber)
         self._remember(sub)
@@ -238,6 +243,23 @@ class PubsubService:
             if not subs:
                 return []
             return [who for who, s in subs.items() if s.expires_at is None or s.expires_at > now]
+
+    def recipient_links(self, topic: str, now: int | None = None) -> list[tuple[str, str]]:
+        """(subscriber, link) of each subscription to `topic` active now: where the sequenced
+        fan-out puts each message."""
+        now = self._clock() if now is None else now
+        with self._lock:
+            subs = self._by_topic.get(topic)
+            if not subs:
+                return []
+            return [(who, s.link_id or default_link_id(who)) for who, s in subs.items()
+                    if s.expires_at is None or s.expires_at > now]
+
+    def links_of_subscribers(self) -> dict[str, str]:
+        """Every link an active subscription travels on -> its subscriber (for heartbeats)."""
+        with self._lock:
+            return {s.link_id or default_link_id(who): who
+                    for subs in self._by_topic.values() for who, s in subs.items()}
 
     def subscriptions(self, topic: str | None = None) -> list[Subscription]:
         with self._lock:
