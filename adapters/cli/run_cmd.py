@@ -15,6 +15,7 @@ from adapters.cli.paths import default_data_dir
 from adapters.cli.security import add_server_options, server_security
 from broker.errors import ConfigError
 from broker.kafka_io import KafkaConfig
+from broker.robust.config import RobustConfig
 
 log = structlog.get_logger(__name__)
 
@@ -29,6 +30,12 @@ def _listen_address(text: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
     return host or "127.0.0.1", int(port)
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) == 0:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return int(text)
 
 
 def _topic_at(text: str) -> tuple[str, str]:
@@ -58,7 +65,8 @@ async def _serve_async(args: argparse.Namespace, config: KafkaConfig,
     host, port = args.listen
     app = BrokerApp(config, domain=args.domain, host=host, port=port, access_file=args.access,
                     peers=args.peer, accept_peers=args.accept_peer,
-                    redistribute=args.redistribute, security=security)
+                    redistribute=args.redistribute, security=security,
+                    robust=RobustConfig(heartbeat_ms=args.heartbeat_ms))
     await app.start()
     try:
         print(f"apex: {app.host}:{app.port} (domain {app.domain})", flush=True)
@@ -126,6 +134,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="prefix of the Kafka topics apexps owns (default: %(default)s)")
     p.add_argument("--journal-partitions", type=int, default=3,
                    help="partitions of a new journal topic (default: %(default)s)")
+    p.add_argument("--heartbeat-ms", type=_positive, default=RobustConfig().heartbeat_ms,
+                   metavar="MS",
+                   help="heartbeat on a subscriber link idle this long (default: %(default)s)")
     p.add_argument("--access", metavar="FILE", default=None,
                    help="access entries to load at start (XML, see `apexps access --help`);"
                         " without it every endpoint of --domain may do everything")

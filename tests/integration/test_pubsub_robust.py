@@ -223,7 +223,7 @@ async def _broker(config: KafkaConfig) -> tuple[asyncio.subprocess.Process, int]
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "adapters.cli.main", "--log-level", "warning", "broker",
         "--bootstrap", config.bootstrap, "--namespace", config.namespace,
-        "--listen", "127.0.0.1:0", stdout=asyncio.subprocess.PIPE,
+        "--listen", "127.0.0.1:0", "--heartbeat-ms", "600000", stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL)
     assert proc.stdout is not None
     line = (await asyncio.wait_for(proc.stdout.readline(), 120)).decode()
