@@ -89,8 +89,12 @@ def test_state_survives_a_kafka_restart(private_kafka: LocalKafka) -> None:
 def test_reads_by_source_position_and_time(core: BrokerCore) -> None:
     """Records come back by (source, after seq), from a position, and by time range."""
     first = [core.journal.append_sync(_pub(body=f"<n i='{i}'/>".encode())) for i in range(5)]
+    # The time read needs appends on both sides of a millisecond boundary: a record's Kafka
+    # timestamp is taken when it is produced, and an unlingered append can come back within
+    # that same millisecond, so step past it before and after taking `mid`.
+    time.sleep(0.01)
     mid = now_ms()
-    time.sleep(0.01)  # the time read needs appends on both sides of a millisecond boundary
+    time.sleep(0.01)
     later = [core.journal.append_sync(_pub(topic="WKT=Topics", source="barney@example.com"))
              for _ in range(3)]
     after2 = [e.source_seq for e in core.journal.read_source("fred@example.com", 2)]
