@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 
 from adapters.beep import (
     SASL_PROFILE_PREFIX,
@@ -84,6 +84,9 @@ class ApexClient:
         self._tuning = Tuning(self._conn)
         self._tls: tuple[ssl.SSLContext, str] | None = None
         self._tls_error: BaseException | None = None
+        #: called with each `terminate` the relay sends us (e.g. 556: our endpoint was attached
+        #: elsewhere with attachOverride), after it has been answered
+        self.on_terminate: Callable[[Terminate], None] | None = None
         self._task = asyncio.create_task(self._read_loop())
 
     @classmethod
@@ -179,8 +182,12 @@ class ApexClient:
             self._conn.send_err(event.channel, event.msgno, body, content_type)
         else:
             self._conn.send_rpy(event.channel, event.msgno, body, content_type)
+            if isinstance(operation, Terminate) and self.on_terminate is not None:
+                self.on_terminate(operation)
 
     async def _request(self, operation: Operation) -> None:
+        if self._task.done():  # nobody would ever resolve the reply's future
+            raise ServiceNotAvailable("connection to the relay lost")
         content_type, body = encode(operation)
         msgno = self._conn.send_msg(self._channel, body, content_type)
         future: asyncio.Future[Operation] = asyncio.get_running_loop().create_future()
@@ -193,10 +200,13 @@ class ApexClient:
         if not isinstance(reply, Ok):
             raise NotTaken(f"the relay answered with <{type(reply).__name__.lower()}>")
 
-    async def attach(self, endpoint: Endpoint | str, *, options: Iterable[Option] = ()) -> int:
+    async def attach(self, endpoint: Endpoint | str, *, options: Iterable[Option] = (),
+                     trans_id: int | None = None) -> int:
         """Attach as `endpoint` (with `options`, e.g. RFC 3342's attachOverride); return the
-        transaction-identifier (for `terminate`)."""
-        trans_id = next(self._trans_ids)
+        transaction-identifier (for `terminate`). `trans_id` defaults to the next unused one
+        (a reconnecting client passes the one it used before, so callers' handles stay valid).
+        """
+        trans_id = next(self._trans_ids) if trans_id is None else trans_id
         target = Endpoint.parse(endpoint) if isinstance(endpoint, str) else endpoint
         await self._request(Attach(target, trans_id, tuple(options)))
         return trans_id

@@ -5,6 +5,13 @@ when the service's reply with the same transID arrives, and raises the `ApexpsEr
 other than 250), publishes (returns once the broker holds the message durably), and yields what
 the service sends unprompted — forwarded messages and the cancel that ends a subscription — from
 `events()`.
+
+With `connect(..., reconnect=ReconnectPolicy(...))` it rides a `ReconnectingApexClient`: a lost
+connection is re-dialled and the endpoint re-attached, and `events()` goes on across it. A
+subscription lives in the broker, not in the connection, so a subscriber that comes back keeps
+receiving without subscribing again (what was forwarded while it was away is not replayed by
+this service; gap repair comes with robust delivery). A request whose reply was still due when
+the connection went raises `ServiceNotAvailable`: the reply, if any, went to the old session.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from ._pubsub_codec import (
     encode_pubsub,
 )
 from .client import DEFAULT_TIMEOUT, ApexClient
+from .reconnect import ConnectionEvent, Disconnected, ReconnectingApexClient, ReconnectPolicy
 
 __all__ = ["Delivered", "Ended", "PubsubClient"]
 
@@ -58,7 +66,7 @@ class Ended:
 
 
 class PubsubClient:
-    def __init__(self, client: ApexClient, endpoint: Endpoint,
+    def __init__(self, client: ApexClient | ReconnectingApexClient, endpoint: Endpoint,
                  service_domain: str | None = None) -> None:
         """`service_domain`: whose apex=pubsub to use (default: our own domain's; another
         domain's is reached through our relay's relay-relay links)."""
@@ -68,14 +76,25 @@ class PubsubClient:
         self._waiting: dict[int, asyncio.Future[Reply | TopicList]] = {}
         self._events: asyncio.Queue[Delivered | Ended | None] = asyncio.Queue()
         self._task = asyncio.create_task(self._demux())
+        if isinstance(client, ReconnectingApexClient):
+            client.add_listener(self._connection_event)
 
     @classmethod
     async def connect(cls, host: str, port: int, endpoint: Endpoint | str, *,
                       timeout: float = DEFAULT_TIMEOUT,
-                      service_domain: str | None = None, **security: Any) -> PubsubClient:
-        """`security`: ApexClient.connect's tls, sasl, mechanism and server_hostname."""
+                      service_domain: str | None = None,
+                      reconnect: ReconnectPolicy | None = None,
+                      **security: Any) -> PubsubClient:
+        """`security`: ApexClient.connect's tls, sasl, mechanism and server_hostname.
+        `reconnect`: survive lost connections by this policy (see the module docstring); the
+        `ReconnectingApexClient` is `.client`, for its `add_listener`."""
         me = Endpoint.parse(endpoint) if isinstance(endpoint, str) else endpoint
-        client = await ApexClient.connect(host, port, timeout, **security)
+        client: ApexClient | ReconnectingApexClient
+        if reconnect is None:
+            client = await ApexClient.connect(host, port, timeout, **security)
+        else:
+            client = await ReconnectingApexClient.connect(host, port, timeout,
+                                                          policy=reconnect, **security)
         try:
             await client.attach(me)
         except BaseException:
@@ -154,6 +173,14 @@ class PubsubClient:
                 self._events.put_nowait(None)
                 raise ServiceNotAvailable("connection to the broker lost")
             yield event
+
+    def _connection_event(self, event: ConnectionEvent) -> None:
+        if isinstance(event, Disconnected):
+            waiting, self._waiting = self._waiting, {}
+            for future in waiting.values():
+                if not future.done():
+                    future.set_exception(ServiceNotAvailable(
+                        "connection to the broker lost before its reply came"))
 
     async def _demux(self) -> None:
         async for data in self.client.receive():
