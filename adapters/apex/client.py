@@ -190,11 +190,18 @@ class ApexClient:
             raise ServiceNotAvailable("connection to the relay lost")
         content_type, body = encode(operation)
         msgno = self._conn.send_msg(self._channel, body, content_type)
-        future: asyncio.Future[Operation] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Operation] = loop.create_future()
         self._pending[msgno] = future
         self._flush()
         await self._writer.drain()
-        reply = await asyncio.wait_for(future, self.timeout)
+        # A timer on the future itself: asyncio.wait_for wraps every call in more machinery
+        # than a round trip's own awaiting costs.
+        timer = loop.call_later(self.timeout, _expire, future, self.timeout)
+        try:
+            reply = await future
+        finally:
+            timer.cancel()
         if isinstance(reply, Error):
             raise reply.exception()
         if not isinstance(reply, Ok):
@@ -328,3 +335,8 @@ class ApexClient:
         outcome = await self._expect(SaslAuthenticated, SaslFailed)
         if isinstance(outcome, SaslFailed):
             raise ApexpsError.for_code(outcome.code, outcome.text)
+
+
+def _expire(future: asyncio.Future[Operation], timeout: float) -> None:
+    if not future.done():
+        future.set_exception(TimeoutError(f"no reply from the relay within {timeout:g} s"))

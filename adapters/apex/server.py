@@ -199,6 +199,9 @@ class ApexServer:
         self._hold_timer: asyncio.TimerHandle | None = None
         self._hold_due: int | None = None
         self._closed = False
+        #: sessions with deliveries queued but not yet written (see `_deliver`)
+        self._unflushed: dict[int, _Session] = {}
+        self._flush_soon = False
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._serve, self.host, self.port)
@@ -270,8 +273,12 @@ class ApexServer:
                 elif isinstance(event, ChannelStartRequested):
                     self._start(session, event)
                 elif isinstance(event, MessageReceived):
-                    with structlog.contextvars.bound_contextvars(channel=event.channel):
+                    # bind/reset rather than bound_contextvars(): a third of the cost, per MSG
+                    tokens = structlog.contextvars.bind_contextvars(channel=event.channel)
+                    try:
                         self._message(session, event)
+                    finally:
+                        structlog.contextvars.reset_contextvars(**tokens)
                 elif isinstance(event, CloseRequested):
                     self._close(session, event)
                 elif isinstance(event, ErrorReplyReceived):
@@ -373,7 +380,18 @@ class ApexServer:
                 continue
             if delivery.watch is not None:
                 self._watch((target.number, delivery.target.channel, msgno), delivery.watch)
-            self._flush(target)
+            self._unflushed[target.number] = target
+        if self._unflushed and not self._flush_soon:
+            # One write per session per event-loop turn, however many deliveries it got (a
+            # service fanning out a batch, several data for one subscriber).
+            self._flush_soon = True
+            asyncio.get_running_loop().call_soon(self._flush_unflushed)
+
+    def _flush_unflushed(self) -> None:
+        self._flush_soon = False
+        sessions, self._unflushed = self._unflushed, {}
+        for session in sessions.values():
+            self._flush(session)
 
     def _close(self, session: _Session, event: CloseRequested) -> None:
         ref = ChannelRef(session.number, event.channel)
