@@ -199,6 +199,8 @@ class ApexServer:
         self._hold_timer: asyncio.TimerHandle | None = None
         self._hold_due: int | None = None
         self._closed = False
+        #: the task of every accepted connection, until it ends
+        self._serving: set[asyncio.Task[None]] = set()
         #: sessions with deliveries queued but not yet written (see `_deliver`)
         self._unflushed: dict[int, _Session] = {}
         self._flush_soon = False
@@ -218,6 +220,10 @@ class ApexServer:
             for session in list(self._sessions.values()):
                 session.writer.close()
             await self._server.wait_closed()
+        # Each session's task ends once its reader sees the close; left running, asyncio.run
+        # would cancel them at exit, which 3.11's StreamReaderProtocol reports as an error.
+        if self._serving:
+            await asyncio.wait(list(self._serving), timeout=self.greeting_timeout)
 
     async def __aenter__(self) -> ApexServer:
         await self.start()
@@ -227,6 +233,10 @@ class ApexServer:
         await self.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._serving.add(task)
+            task.add_done_callback(self._serving.discard)
         peername = writer.get_extra_info("peername")
         session = _Session(next(self._numbers), f"{peername[0]}:{peername[1]}",
                            BeepConnection(Role.LISTENER, self.config, [APEX_PROFILE]), writer)
