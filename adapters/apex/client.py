@@ -104,22 +104,22 @@ class ApexClient:
         """
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
         client = cls(reader, writer, timeout)
-        client._conn.send_greeting()
-        client._flush()
-        greeting = await client._expect(GreetingReceived)
-        try:
+        try:  # whatever fails (or is cancelled) from here on, the connection must not linger
+            client._conn.send_greeting()
+            client._flush()
+            greeting = await client._expect(GreetingReceived)
             if tls is not None:
                 greeting = await client._secure(greeting, tls, server_hostname or host)
             if sasl is not None:
                 await client._authenticate(greeting, *sasl, mechanism)
+            client._channel = client._conn.start_channel([APEX_PROFILE])
+            client._flush()
+            started = await client._expect(ChannelStarted, ChannelStartRefused)
+            if isinstance(started, ChannelStartRefused):
+                raise ApexpsError.for_code(started.code, started.text)
         except BaseException:
             await client._abort()
             raise
-        client._channel = client._conn.start_channel([APEX_PROFILE])
-        client._flush()
-        started = await client._expect(ChannelStarted, ChannelStartRefused)
-        if isinstance(started, ChannelStartRefused):
-            raise ApexpsError.for_code(started.code, started.text)
         return client
 
     async def _expect(self, *kinds: type[Event]) -> Event:

@@ -364,10 +364,14 @@ class ReconnectingApexClient:
     async def _drop_current(self) -> None:
         client, self._current = self._current, None
         if client is not None:
-            client.on_terminate = None
-            # a dead session's close ends at once: its read loop already queued SessionClosed
-            with contextlib.suppress(ApexpsError, OSError, RuntimeError):
-                await client.close()
+            await self._discard(client)
+
+    @staticmethod
+    async def _discard(client: ApexClient) -> None:
+        client.on_terminate = None
+        # a dead session's close ends at once: its read loop already queued SessionClosed
+        with contextlib.suppress(ApexpsError, OSError, RuntimeError):
+            await client.close()
 
     async def _reconnect(self) -> None:
         last = ""
@@ -393,9 +397,11 @@ class ReconnectingApexClient:
                 last = f"re-attach: {type(exc).__name__}: {exc}"
                 log.info("apex reconnect failed", server=self.server, attempt=attempt,
                          error=last)
-                with contextlib.suppress(ApexpsError, OSError, RuntimeError):
-                    await client.close()
+                await self._discard(client)
                 continue
+            except BaseException:  # close() cancelled us mid-way: do not leak the connection
+                await self._discard(client)
+                raise
             self._current = client
             client.on_terminate = self._terminated
             self._up.set()

@@ -239,6 +239,29 @@ def test_gives_up_after_max_attempts() -> None:
     run(body)
 
 
+def test_close_while_reconnecting_stops_at_once() -> None:
+    """`close()` during the backoff ends the client without waiting out the wait: `Closed`
+    without an error, `receive()` ends, a pending send raises 421."""
+    async def body() -> None:
+        events = Recorder()
+        async with _relay() as relay:
+            client = await ReconnectingApexClient.connect(
+                "127.0.0.1", relay.port, TIMEOUT,
+                policy=ReconnectPolicy(max_attempts=None, wait=3600, wait_max=3600),
+                on_disconnected=events, on_closed=events)
+            await client.attach("fred@example.com")
+            await relay.kill()
+        await events.next(Disconnected)
+        waiting = asyncio.create_task(
+            client.send("fred@example.com", ["fred@example.com"], b"x"))
+        await asyncio.wait_for(client.close(), 5)
+        assert (await events.next(Closed)).error is None
+        assert [d async for d in client.receive()] == []
+        with pytest.raises(ServiceNotAvailable):
+            await waiting
+    run(body)
+
+
 def test_first_connect_is_not_retried() -> None:
     """A relay that is not there at all fails `connect` at once, like ApexClient."""
     async def body() -> None:
