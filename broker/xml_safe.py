@@ -19,6 +19,7 @@ lives in `broker/` because the selectors need it and `broker/` never imports the
 from __future__ import annotations
 
 import re
+import threading
 
 from lxml import etree
 
@@ -31,8 +32,7 @@ class UnsafeXml(ValueError):
     """The document was refused; `str(exc)` says why in words a peer can act on."""
 
 
-def _parser() -> etree.XMLParser:
-    # A parser per call: lxml parsers keep state and are not safe to share across threads.
+def _new_parser() -> etree.XMLParser:
     return etree.XMLParser(
         resolve_entities=False,
         no_network=True,
@@ -42,6 +42,23 @@ def _parser() -> etree.XMLParser:
         remove_comments=True,
         remove_pis=True,
     )
+
+
+class _PerThread(threading.local):
+    # lxml parsers keep state and are not safe to share across threads, but one thread may
+    # reuse its own parser (lxml resets it for every document); making one cost about as much
+    # as parsing an APEX reply.
+    parser: etree.XMLParser | None = None
+
+
+_local = _PerThread()
+
+
+def _parser() -> etree.XMLParser:
+    parser = _local.parser
+    if parser is None:
+        parser = _local.parser = _new_parser()
+    return parser
 
 
 def xml_depth(root: etree._Element) -> int:
@@ -75,6 +92,8 @@ def parse_hardened(
         raise UnsafeXml(f"a DOCTYPE is not allowed in a {what}")
     if not isinstance(root.tag, str):
         raise UnsafeXml(f"the {what} has no document element")
-    if max_depth is not None and xml_depth(root) > max_depth:
+    # Each element opens with "<", so a document with no more of them than max_depth cannot
+    # nest deeper: the walk is needed only for the few that could.
+    if max_depth is not None and data.count(b"<") > max_depth and xml_depth(root) > max_depth:
         raise UnsafeXml(f"{what} nested deeper than {max_depth} elements")
     return root

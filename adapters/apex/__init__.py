@@ -45,6 +45,7 @@ from ._options import (
 from ._party import Watch, status_report
 from ._relay import ChannelRef, Delivery, HoldStore, Outcome, Relay, ServiceHandler
 from .client import ApexClient
+from .reconnect import ReconnectingApexClient, ReconnectPolicy
 from .server import ApexServer, PeerLink
 
 __all__ = [
@@ -73,6 +74,8 @@ __all__ = [
     "Outcome",
     "ParameterSyntaxError",
     "PeerLink",
+    "ReconnectPolicy",
+    "ReconnectingApexClient",
     "Relay",
     "ServiceHandler",
     "TargetHop",

@@ -13,6 +13,7 @@ form is decoded first ("apex:f%72ed@example.com" is "fred@example.com").
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from urllib.parse import unquote
@@ -50,6 +51,12 @@ class Endpoint:
     @classmethod
     def parse(cls, text: str) -> Endpoint:
         """Parse `text`; raise `InvalidParameter` (553) if it is not an endpoint."""
+        if cls is Endpoint:
+            return _parse_cached(text)
+        return cls._parse(text)
+
+    @classmethod
+    def _parse(cls, text: str) -> Endpoint:
         if len(text) > MAX_ENDPOINT_LENGTH:
             raise InvalidParameter(f"endpoint longer than {MAX_ENDPOINT_LENGTH} characters")
         if text.startswith("apex:"):
@@ -82,3 +89,8 @@ class Endpoint:
 
     def __str__(self) -> str:
         return f"{self.local}@{self.domain}"
+
+
+#: The same few endpoints name the parties of every data (each parse costs a few microseconds
+#: of regex work); bounded, so names a peer makes up only push older ones out.
+_parse_cached = functools.lru_cache(maxsize=4096)(Endpoint._parse)

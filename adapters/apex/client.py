@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 
 from adapters.beep import (
     SASL_PROFILE_PREFIX,
@@ -76,10 +76,10 @@ class ApexClient:
     """Use `await ApexClient.connect(host, port)`; then `attach`, `send`, `receive`, `close`."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 timeout: float = DEFAULT_TIMEOUT) -> None:
+                 timeout: float = DEFAULT_TIMEOUT, config: BeepConfig | None = None) -> None:
         self._reader, self._writer, self.timeout = reader, writer, timeout
-        self._conn = BeepConnection(Role.INITIATOR, BeepConfig(window_size=APEX_WINDOW),
-                                    profiles=[])
+        self._conn = BeepConnection(Role.INITIATOR,
+                                    config or BeepConfig(window_size=APEX_WINDOW), profiles=[])
         self._pending: dict[int, asyncio.Future[Operation]] = {}
         #: requests awaiting their reply at once: pipelining helps, but a relay cuts off a
         #: channel with more MSGs pending than its limit (BeepConfig's default is 64)
@@ -91,39 +91,44 @@ class ApexClient:
         self._tuning = Tuning(self._conn)
         self._tls: tuple[ssl.SSLContext, str] | None = None
         self._tls_error: BaseException | None = None
+        #: called with each `terminate` the relay sends us (e.g. 556: our endpoint was attached
+        #: elsewhere with attachOverride), after it has been answered
+        self.on_terminate: Callable[[Terminate], None] | None = None
         self._task = asyncio.create_task(self._read_loop())
 
     @classmethod
     async def connect(cls, host: str, port: int, timeout: float = DEFAULT_TIMEOUT, *,
                       tls: ssl.SSLContext | None = None,
                       sasl: tuple[str, str] | None = None, mechanism: str = "PLAIN",
-                      server_hostname: str | None = None) -> ApexClient:
+                      server_hostname: str | None = None,
+                      config: BeepConfig | None = None) -> ApexClient:
         """Open the transport, exchange greetings and start an APEX channel.
 
         Args:
+            config: BEEP limits and the receive window (default: `APEX_WINDOW`).
             tls: negotiate TLS first with this client context (it decides which certificates
                 are trusted); `server_hostname` (default `host`) is the name checked.
             sasl: authenticate as (user, password) with `mechanism`: "SCRAM-SHA-256" (never
                 sends the password) or "PLAIN" (needs `tls`; relays offer it only under TLS).
         """
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-        client = cls(reader, writer, timeout)
-        client._conn.send_greeting()
-        client._flush()
-        greeting = await client._expect(GreetingReceived)
-        try:
+        client = cls(reader, writer, timeout, config)
+        try:  # whatever fails (or is cancelled) from here on, the connection must not linger
+            client._conn.send_greeting()
+            client._flush()
+            greeting = await client._expect(GreetingReceived)
             if tls is not None:
                 greeting = await client._secure(greeting, tls, server_hostname or host)
             if sasl is not None:
                 await client._authenticate(greeting, *sasl, mechanism)
+            client._channel = client._conn.start_channel([APEX_PROFILE])
+            client._flush()
+            started = await client._expect(ChannelStarted, ChannelStartRefused)
+            if isinstance(started, ChannelStartRefused):
+                raise ApexpsError.for_code(started.code, started.text)
         except BaseException:
             await client._abort()
             raise
-        client._channel = client._conn.start_channel([APEX_PROFILE])
-        client._flush()
-        started = await client._expect(ChannelStarted, ChannelStartRefused)
-        if isinstance(started, ChannelStartRefused):
-            raise ApexpsError.for_code(started.code, started.text)
         return client
 
     async def _expect(self, *kinds: type[Event]) -> Event:
@@ -186,6 +191,8 @@ class ApexClient:
             self._conn.send_err(event.channel, event.msgno, body, content_type)
         else:
             self._conn.send_rpy(event.channel, event.msgno, body, content_type)
+            if isinstance(operation, Terminate) and self.on_terminate is not None:
+                self.on_terminate(operation)
 
     async def _request(self, operation: Operation) -> None:
         async with self._in_flight:
@@ -196,18 +203,30 @@ class ApexClient:
             raise NotTaken(f"the relay answered with <{type(reply).__name__.lower()}>")
 
     async def _exchange(self, operation: Operation) -> Operation:
+        if self._task.done():  # nobody would ever resolve the reply's future
+            raise ServiceNotAvailable("connection to the relay lost")
         content_type, body = encode(operation)
         msgno = self._conn.send_msg(self._channel, body, content_type)
-        future: asyncio.Future[Operation] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Operation] = loop.create_future()
         self._pending[msgno] = future
         self._flush()
         await self._writer.drain()
-        return await asyncio.wait_for(future, self.timeout)
+        # A timer on the future itself: asyncio.wait_for wraps every call in more machinery
+        # than a round trip's own awaiting costs.
+        timer = loop.call_later(self.timeout, _expire, future, self.timeout)
+        try:
+            return await future
+        finally:
+            timer.cancel()
 
-    async def attach(self, endpoint: Endpoint | str, *, options: Iterable[Option] = ()) -> int:
+    async def attach(self, endpoint: Endpoint | str, *, options: Iterable[Option] = (),
+                     trans_id: int | None = None) -> int:
         """Attach as `endpoint` (with `options`, e.g. RFC 3342's attachOverride); return the
-        transaction-identifier (for `terminate`)."""
-        trans_id = next(self._trans_ids)
+        transaction-identifier (for `terminate`). `trans_id` defaults to the next unused one
+        (a reconnecting client passes the one it used before, so callers' handles stay valid).
+        """
+        trans_id = next(self._trans_ids) if trans_id is None else trans_id
         target = Endpoint.parse(endpoint) if isinstance(endpoint, str) else endpoint
         await self._request(Attach(target, trans_id, tuple(options)))
         return trans_id
@@ -329,3 +348,8 @@ class ApexClient:
         outcome = await self._expect(SaslAuthenticated, SaslFailed)
         if isinstance(outcome, SaslFailed):
             raise ApexpsError.for_code(outcome.code, outcome.text)
+
+
+def _expire(future: asyncio.Future[Operation], timeout: float) -> None:
+    if not future.done():
+        future.set_exception(TimeoutError(f"no reply from the relay within {timeout:g} s"))

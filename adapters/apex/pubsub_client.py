@@ -10,6 +10,13 @@ Robust delivery (docs/robust-binding.md): each `Delivered` carries its sequence 
 broker sequences deliveries; heartbeats and resets are yielded as `LinkEvent` when asked for
 (`link_events=True`); `gap` asks for a link range again and `capabilities` what the service
 offers.
+
+With `connect(..., reconnect=ReconnectPolicy(...))` it rides a `ReconnectingApexClient`: a lost
+connection is re-dialled and the endpoint re-attached, and `events()` goes on across it. A
+subscription lives in the broker, not in the connection, so a subscriber that comes back keeps
+receiving without subscribing again (what was forwarded while it was away is not replayed by
+this service; gap repair comes with robust delivery). A request whose reply was still due when
+the connection went raises `ServiceNotAvailable`: the reply, if any, went to the old session.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from ._robust_codec import (
     find_stamp,
 )
 from .client import DEFAULT_TIMEOUT, ApexClient
+from .reconnect import ConnectionEvent, Disconnected, ReconnectingApexClient, ReconnectPolicy
 
 __all__ = ["Delivered", "Ended", "LinkEvent", "PubsubClient"]
 
@@ -89,7 +97,7 @@ class Ended:
 
 
 class PubsubClient:
-    def __init__(self, client: ApexClient, endpoint: Endpoint,
+    def __init__(self, client: ApexClient | ReconnectingApexClient, endpoint: Endpoint,
                  service_domain: str | None = None, *, link_events: bool = False) -> None:
         """`service_domain`: whose apex=pubsub to use (default: our own domain's; another
         domain's is reached through our relay's relay-relay links). `link_events`: also
@@ -101,15 +109,25 @@ class PubsubClient:
         self._waiting: dict[int, asyncio.Future[_Answer]] = {}
         self._events: asyncio.Queue[Delivered | Ended | LinkEvent | None] = asyncio.Queue()
         self._task = asyncio.create_task(self._demux())
+        if isinstance(client, ReconnectingApexClient):
+            client.add_listener(self._connection_event)
 
     @classmethod
     async def connect(cls, host: str, port: int, endpoint: Endpoint | str, *,
                       timeout: float = DEFAULT_TIMEOUT,
                       service_domain: str | None = None, link_events: bool = False,
+                      reconnect: ReconnectPolicy | None = None,
                       **security: Any) -> PubsubClient:
-        """`security`: ApexClient.connect's tls, sasl, mechanism and server_hostname."""
+        """`security`: ApexClient.connect's tls, sasl, mechanism and server_hostname.
+        `reconnect`: survive lost connections by this policy (see the module docstring); the
+        `ReconnectingApexClient` is `.client`, for its `add_listener`."""
         me = Endpoint.parse(endpoint) if isinstance(endpoint, str) else endpoint
-        client = await ApexClient.connect(host, port, timeout, **security)
+        client: ApexClient | ReconnectingApexClient
+        if reconnect is None:
+            client = await ApexClient.connect(host, port, timeout, **security)
+        else:
+            client = await ReconnectingApexClient.connect(host, port, timeout,
+                                                          policy=reconnect, **security)
         try:
             await client.attach(me)
         except BaseException:
@@ -210,6 +228,14 @@ class PubsubClient:
                 self._events.put_nowait(None)
                 raise ServiceNotAvailable("connection to the broker lost")
             yield event
+
+    def _connection_event(self, event: ConnectionEvent) -> None:
+        if isinstance(event, Disconnected):
+            waiting, self._waiting = self._waiting, {}
+            for future in waiting.values():
+                if not future.done():
+                    future.set_exception(ServiceNotAvailable(
+                        "connection to the broker lost before its reply came"))
 
     async def _demux(self) -> None:
         async for data in self.client.receive():

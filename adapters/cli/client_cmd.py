@@ -17,9 +17,11 @@ from typing import Any
 
 from adapters.apex._codec import Data
 from adapters.apex.client import ApexClient
+from adapters.apex.reconnect import ReconnectingApexClient, ReconnectPolicy
 from adapters.cli.security import add_client_options, client_security
 
-__all__ = ["APEX_EDGE_PORT", "DEFAULT_APEX_PORT", "register"]
+__all__ = ["APEX_EDGE_PORT", "DEFAULT_APEX_PORT", "FOREVER", "add_reconnect_option",
+           "register"]
 
 #: RFC 3340 §8.3: the well-known apex-edge port (needs privileges to listen on).
 APEX_EDGE_PORT = 912
@@ -66,7 +68,12 @@ async def _send(args: argparse.Namespace) -> int:
 
 
 async def _listen(args: argparse.Namespace) -> int:
-    client = await ApexClient.connect(*args.server, **client_security(args))
+    client: ApexClient | ReconnectingApexClient
+    if args.reconnect:
+        client = await ReconnectingApexClient.connect(*args.server, policy=FOREVER,
+                                                      **client_security(args))
+    else:
+        client = await ApexClient.connect(*args.server, **client_security(args))
     try:
         await client.attach(args.endpoint)
         print(f"apexps: attached as {args.endpoint}", file=sys.stderr, flush=True)
@@ -79,6 +86,16 @@ async def _listen(args: argparse.Namespace) -> int:
     finally:
         await client.close()
     return 0
+
+
+#: `--reconnect`: a listener on the command line waits for its relay as long as it takes.
+FOREVER = ReconnectPolicy(max_attempts=None)
+
+
+def add_reconnect_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--reconnect", action="store_true",
+                   help="if the connection is lost, dial again (backoff up to 30 s, forever)"
+                        " and re-attach; data sent to us meanwhile is not replayed")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -109,4 +126,5 @@ def register(sub: Any) -> None:
     _common(listen)
     listen.add_argument("--count", type=int, default=0,
                         help="exit after this many data (default: run until Ctrl-C)")
+    add_reconnect_option(listen)
     listen.set_defaults(func=lambda args: asyncio.run(_listen(args)))

@@ -17,7 +17,7 @@ from typing import Any
 import structlog
 
 from adapters.apex.pubsub_client import Delivered, Ended, PubsubClient
-from adapters.cli.client_cmd import _common
+from adapters.cli.client_cmd import FOREVER, _common, add_reconnect_option
 from adapters.cli.security import client_security
 
 __all__ = ["register"]
@@ -27,7 +27,9 @@ log = structlog.get_logger(__name__)
 
 async def _connect(args: argparse.Namespace) -> PubsubClient:
     host, port = args.server
-    return await PubsubClient.connect(host, port, args.endpoint, **client_security(args))
+    policy = FOREVER if getattr(args, "reconnect", False) else None
+    return await PubsubClient.connect(host, port, args.endpoint, reconnect=policy,
+                                      **client_security(args))
 
 
 async def _topic(args: argparse.Namespace) -> int:
@@ -145,6 +147,7 @@ def register(sub: Any) -> None:
                       help="seconds the subscription lasts (default: %(default)s)")
     subs.add_argument("--count", type=int, default=0,
                       help="exit after this many messages (default: run until ended)")
+    add_reconnect_option(subs)
     _common(subs)
     subs.set_defaults(func=lambda args: asyncio.run(_subscribe(args)))
 

@@ -10,7 +10,13 @@ Set-up, so that client and server never share one GIL:
 * the load comes from client processes (`--client`), each an asyncio loop holding several
   `ApexClient` connections (one BEEP session and APEX channel each), each connection doing one
   data at a time: send, await ok, record the latency, repeat. 1 client = 1 process x 1 connection;
-  16 clients = 2 processes x 8 connections (both cores of the bench machine).
+  16 clients = 2 processes x 8 connections (both cores of the bench machine). The third case
+  runs the same 16 connections with `PIPELINED` such loops each, the way a publisher that does
+  not wait for each ok before the next data uses one connection.
+* the floor: the same 16 connections doing bare asyncio-streams round trips (a 101-octet line
+  out, the server writes it back) against a plain echo server in the server process. No APEX
+  implementation on asyncio streams can beat it on this machine; the ratio to it says how much
+  BEEP and APEX cost on top.
 
 Modes: `sink` (default) addresses each data to the well-known endpoint `apex=sink@bench.example`,
 a service that swallows it: the figure is the relay's full receive/decode/route/reply path.
@@ -18,7 +24,9 @@ a service that swallows it: the figure is the relay's full receive/decode/route/
 answers with ok) before the next one: twice the BEEP traffic per operation.
 
 The client processes start at one agreed instant, run `--seconds`, and report their operation
-count and every latency; the table gives the summed rate, p50/p99 of data->ok and the target.
+count and every latency; the table gives the summed rate, p50/p99 of data->ok, the server
+process's CPU time per operation (from /proc, so Linux only; it includes connecting and
+attaching, a few milliseconds per case) and the target.
 """
 
 from __future__ import annotations
@@ -39,6 +47,9 @@ TARGET_16 = 20_000
 DOMAIN = "bench.example"
 SINK = f"apex=sink@{DOMAIN}"
 PAYLOAD = b"x" * 100
+#: sends each connection keeps outstanding in the third case (BEEP pipelines MSGs on a channel;
+#: the replies come back in order), so the server reads many MSGs per wake-up
+PIPELINED = 16
 
 
 def _serve(args: argparse.Namespace) -> None:
@@ -52,26 +63,34 @@ def _serve(args: argparse.Namespace) -> None:
         def on_data(self, data: Data, recipient: Endpoint) -> Iterable[Data]:
             return ()
 
+    async def echo_lines(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while line := await reader.readline():
+            writer.write(line)
+
     async def run() -> None:
         relay = Relay(DOMAIN)
         relay.register_service("apex=sink", Sink())
+        raw = await asyncio.start_server(echo_lines, "127.0.0.1", 0)
         async with ApexServer(relay, "127.0.0.1", 0) as server:
-            print(server.port, flush=True)
+            print(server.port, raw.sockets[0].getsockname()[1], flush=True)
             await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+        raw.close()
 
     if args.profile:
         import cProfile
         import pstats
 
-        with cProfile.Profile() as prof:
+        # CPU time, not wall time: on a shared machine a send() that lets another process
+        # run would otherwise be charged with that process's time slice
+        with cProfile.Profile(time.process_time) as prof:
             asyncio.run(run())
-        pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+        pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(30)
     else:
         asyncio.run(run())
 
 
 async def _one_connection(port: int, name: str, echo: bool, start_at: float,
-                          stop_at: float) -> list[float]:
+                          stop_at: float, in_flight: int = 1) -> list[float]:
     from adapters.apex.client import ApexClient
 
     client = await ApexClient.connect("127.0.0.1", port)
@@ -82,13 +101,34 @@ async def _one_connection(port: int, name: str, echo: bool, start_at: float,
     await asyncio.sleep(max(0.0, start_at - time.time()))
     latencies: list[float] = []
     clock = time.perf_counter
-    while time.time() < stop_at:
-        began = clock()
-        await client.send(me, to, PAYLOAD)
-        latencies.append(clock() - began)
+
+    async def sender() -> None:
+        while time.time() < stop_at:
+            began = clock()
+            await client.send(me, to, PAYLOAD)
+            latencies.append(clock() - began)
+
+    # several senders share the connection: BEEP lets MSGs wait for their replies in order
+    await asyncio.gather(*(sender() for _ in range(in_flight)))
     await client.close()
     if drain is not None:
         drain.cancel()
+    return latencies
+
+
+async def _raw_connection(port: int, start_at: float, stop_at: float) -> list[float]:
+    """The floor: the same round trips as bare asyncio streams, a line out and back."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    await asyncio.sleep(max(0.0, start_at - time.time()))
+    latencies: list[float] = []
+    clock = time.perf_counter
+    while time.time() < stop_at:
+        began = clock()
+        writer.write(PAYLOAD + b"\n")
+        await writer.drain()
+        await reader.readline()
+        latencies.append(clock() - began)
+    writer.close()
     return latencies
 
 
@@ -99,21 +139,36 @@ async def _drain(client: object) -> None:
 
 def _client(args: argparse.Namespace) -> None:
     async def run() -> list[list[float]]:
+        if args.raw:
+            return await asyncio.gather(*(
+                _raw_connection(args.port, args.start_at, args.start_at + args.seconds)
+                for _ in range(args.connections)))
         return await asyncio.gather(*(
             _one_connection(args.port, f"c{os.getpid()}-{i}", args.mode == "echo",
-                            args.start_at, args.start_at + args.seconds)
+                            args.start_at, args.start_at + args.seconds, args.in_flight)
             for i in range(args.connections)))
 
     per_connection = asyncio.run(run())
     json.dump([x for lat in per_connection for x in lat], sys.stdout)
 
 
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of process `pid` so far (Linux /proc; None elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _case(port: int, processes: int, connections: int, seconds: float,
-          mode: str) -> tuple[float, float, float]:
+          mode: str, in_flight: int = 1, raw: bool = False) -> tuple[float, float, float]:
     start_at = time.time() + 1.5 + 0.2 * connections  # time to connect and attach
     cmd = [sys.executable, "-m", "ops.bench.bench_apex", "--client", "--port", str(port),
            "--connections", str(connections), "--seconds", str(seconds),
-           "--start-at", repr(start_at), "--mode", mode]
+           "--start-at", repr(start_at), "--mode", mode, "--in-flight", str(in_flight)]
+    if raw:
+        cmd.append("--raw")
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE) for _ in range(processes)]
     latencies: list[float] = []
     for proc in procs:
@@ -136,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--connections", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--in-flight", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--raw", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--start-at", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
@@ -152,17 +209,26 @@ def main(argv: list[str] | None = None) -> int:
     server = subprocess.Popen(server_cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               cwd=Path(__file__).resolve().parents[2])
     assert server.stdout is not None and server.stdin is not None
-    port = int(server.stdout.readline())
-    cases = [("1 client", 1, 1, None), ("16 clients (2 procs x 8)", 2, 8, TARGET_16)]
+    port, raw_port = map(int, server.stdout.readline().split())
+    cases = [("1 client", 1, 1, 1, None), ("16 clients (2 procs x 8)", 2, 8, 1, TARGET_16),
+             (f"16 clients, {PIPELINED} in flight each", 2, 8, PIPELINED, TARGET_16),
+             ("floor: 16 raw asyncio echo", 2, 8, 0, None)]
     print(f"APEX data->ok round trips, mode={args.mode}, {len(PAYLOAD)}-octet payload,"
           f" {args.seconds:g} s per case, server log level {args.server_log_level},"
           f" {os.cpu_count()} CPUs")
-    print(f"{'case':<26} {'ops/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'target ops/s':>13}  ok?")
+    print(f"{'case':<32} {'ops/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'server us/op':>13}"
+          f" {'target ops/s':>13}  ok?")
     try:
-        for label, processes, connections, target in cases:
-            rate, p50, p99 = _case(port, processes, connections, args.seconds, args.mode)
+        for label, processes, connections, in_flight, target in cases:
+            before = _cpu_seconds(server.pid)
+            rate, p50, p99 = _case(raw_port if not in_flight else port, processes, connections,
+                                   args.seconds, args.mode, max(1, in_flight), not in_flight)
+            after = _cpu_seconds(server.pid)
+            # the server's CPU over the case (connecting included) per operation measured
+            per_op = "?" if before is None or after is None else \
+                f"{(after - before) / (rate * args.seconds) * 1e6:,.0f}"
             verdict = "" if target is None else ("yes" if rate >= target else "NO")
-            print(f"{label:<26} {rate:>10,.0f} {p50:>8.3f} {p99:>8.3f}"
+            print(f"{label:<32} {rate:>10,.0f} {p50:>8.3f} {p99:>8.3f} {per_op:>13}"
                   f" {'' if target is None else f'>= {target:,}':>13}  {verdict}", flush=True)
     finally:
         server.stdin.close()

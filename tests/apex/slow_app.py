@@ -25,6 +25,7 @@ from adapters.beep import (
     MessageReceived,
     Profile,
     Role,
+    SessionClosed,
 )
 
 TIMEOUT = 20.0
@@ -97,6 +98,13 @@ class SlowApp:
         content_type, body = encode(Error(code, "not now"))
         self._conn.send_err(msg.channel, msg.msgno, body, content_type)
         self._flush()
+
+    async def close(self) -> None:
+        """Release the session (channel-zero close, RFC 3080 §2.3.1.3), then hang up."""
+        self._conn.close_session()
+        self._flush()
+        await self._expect(SessionClosed)
+        await self.drop()
 
     async def drop(self) -> None:
         """Hang up without a word (a crashed application)."""

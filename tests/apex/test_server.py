@@ -111,3 +111,17 @@ def test_hostile_input_gets_rfc_replies_and_server_keeps_serving() -> None:
     """Malformed XML/billion laughs/DOCTYPE get 500, invalid 501; bad frames end only that peer."""
     assert asyncio.run(_hostile()) == [code for _, code in HOSTILE]
 
+
+
+def test_close_waits_for_its_sessions() -> None:
+    """`close()` returns only once every accepted connection's task has ended, so nothing of
+    the server is left for asyncio.run to cancel."""
+    async def body() -> None:
+        server = ApexServer(Relay("example.com"))
+        await server.start()
+        client = await ApexClient.connect("127.0.0.1", server.port)
+        assert len(server._serving) == 1
+        await server.close()
+        assert server._serving == set()
+        await client.close()
+    asyncio.run(asyncio.wait_for(body(), 30))
