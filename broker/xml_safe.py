@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 
 from lxml import etree
 
-__all__ = ["UnsafeXml", "parse_hardened", "xml_depth"]
+__all__ = ["UnsafeXml", "checked_attributes", "parse_hardened", "xml_depth"]
 
 _DECLARATION = re.compile(rb"<!(?:DOCTYPE|ENTITY)", re.IGNORECASE)
 
@@ -97,3 +98,18 @@ def parse_hardened(
     if max_depth is not None and data.count(b"<") > max_depth and xml_depth(root) > max_depth:
         raise UnsafeXml(f"{what} nested deeper than {max_depth} elements")
     return root
+
+
+def checked_attributes(elem: etree._Element, allowed: set[str] | frozenset[str],
+                       required: set[str] | frozenset[str],
+                       error: Callable[[str], Exception]) -> dict[str, str]:
+    """`elem`'s attributes, if it has only `allowed` ones and every `required` one; otherwise
+    raise `error(text)` (each vocabulary answers with its own reply code)."""
+    attrs = {str(k): str(v) for k, v in elem.attrib.items()}
+    unknown = set(attrs) - allowed
+    if unknown:
+        raise error(f"unexpected attribute {sorted(unknown)[0][:40]!r} in <{elem.tag}>")
+    missing = required - set(attrs)
+    if missing:
+        raise error(f"<{elem.tag}> lacks its {sorted(missing)[0]!r} attribute")
+    return attrs

@@ -32,7 +32,7 @@ from urllib.parse import unquote
 from lxml import etree
 
 from broker.errors import ApexpsError, SyntaxError_
-from broker.xml_safe import UnsafeXml, parse_hardened
+from broker.xml_safe import UnsafeXml, checked_attributes, parse_hardened
 
 from ._endpoint import Endpoint
 from ._errors import ParameterSyntaxError
@@ -215,15 +215,7 @@ Operation = Attach | Bind | Terminate | Data | Ok | Error
 
 
 def _attrs(elem: etree._Element, allowed: set[str], required: set[str]) -> dict[str, str]:
-    attrs = {str(k): str(v) for k, v in elem.attrib.items()}
-    unknown = set(attrs) - allowed
-    if unknown:
-        raise ParameterSyntaxError(f"unexpected attribute {sorted(unknown)[0][:40]!r}"
-                                   f" in <{elem.tag}>")
-    missing = required - set(attrs)
-    if missing:
-        raise ParameterSyntaxError(f"<{elem.tag}> lacks its {sorted(missing)[0]!r} attribute")
-    return attrs
+    return checked_attributes(elem, allowed, required, ParameterSyntaxError)
 
 
 def _number(value: str, what: str, minimum: int = 1) -> int:

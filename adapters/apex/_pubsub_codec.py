@@ -23,7 +23,7 @@ from lxml import etree
 
 from broker.errors import ParameterSyntaxError, SyntaxError_
 from broker.robust.linkid import validate_link_id
-from broker.xml_safe import UnsafeXml, parse_hardened
+from broker.xml_safe import UnsafeXml, checked_attributes, parse_hardened
 
 from ._endpoint import Endpoint
 
@@ -97,14 +97,7 @@ PubsubOperation = CreateTopic | DeleteTopic | ListTopics | Subscribe | Cancel | 
 
 
 def _attrs(elem: etree._Element, allowed: set[str], required: set[str]) -> dict[str, str]:
-    got = {str(k): str(v) for k, v in elem.attrib.items()}
-    unknown = set(got) - allowed
-    if unknown:
-        raise ParameterSyntaxError(f"<{elem.tag}> has no attribute {sorted(unknown)[0][:40]!r}")
-    missing = required - set(got)
-    if missing:
-        raise ParameterSyntaxError(f"<{elem.tag}> needs attribute {sorted(missing)[0]!r}")
-    return got
+    return checked_attributes(elem, allowed, required, ParameterSyntaxError)
 
 
 def _number(value: str, what: str, low: int, high: int) -> int:

@@ -40,7 +40,7 @@ from broker.names import validate_topic
 from broker.records import PublishType
 from broker.robust.linkid import validate_link_id
 from broker.robust.linkseq import SUPPORTED_BITS
-from broker.xml_safe import UnsafeXml, parse_hardened
+from broker.xml_safe import UnsafeXml, checked_attributes, parse_hardened
 
 from ._codec import Option
 from ._endpoint import Endpoint
@@ -359,14 +359,7 @@ ROBUST_ELEMENTS = frozenset({"heartbeat", "linkreset", "gap", "repair", "capabil
 
 
 def _attrs(elem: etree._Element, allowed: set[str], required: set[str]) -> dict[str, str]:
-    got = {str(k): str(v) for k, v in elem.attrib.items()}
-    unknown = set(got) - allowed
-    if unknown:
-        raise _bad(f"<{elem.tag}> has no attribute {sorted(unknown)[0][:40]!r}")
-    missing = required - set(got)
-    if missing:
-        raise _bad(f"<{elem.tag}> needs attribute {sorted(missing)[0]!r}")
-    return got
+    return checked_attributes(elem, allowed, required, _bad)
 
 
 def _empty(elem: etree._Element) -> None:

@@ -31,7 +31,7 @@ from enum import StrEnum
 from lxml import etree
 
 from broker.errors import ReplyCode
-from broker.xml_safe import UnsafeXml, parse_hardened
+from broker.xml_safe import UnsafeXml, checked_attributes, parse_hardened
 
 from ._config import MAX_NUMBER
 from ._errors import LocalProtocolError, RemoteProtocolError
@@ -140,14 +140,7 @@ def _invalid(text: str) -> RemoteProtocolError:
 
 
 def _attrs(elem: etree._Element, allowed: set[str], required: set[str]) -> dict[str, str]:
-    attrs = {str(k): str(v) for k, v in elem.attrib.items()}
-    unknown = set(attrs) - allowed
-    if unknown:
-        raise _invalid(f"unexpected attribute {sorted(unknown)[0]!r} in <{elem.tag}>")
-    missing = required - set(attrs)
-    if missing:
-        raise _invalid(f"<{elem.tag}> lacks its {sorted(missing)[0]!r} attribute")
-    return attrs
+    return checked_attributes(elem, allowed, required, _invalid)
 
 
 def _number(value: str, what: str, minimum: int) -> int:

@@ -5,34 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
-import uuid
 
 import pytest
 
 from adapters.apex._endpoint import Endpoint
 from adapters.apex.client import ApexClient
+from tests.integration.broker_process import start_broker
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
-APEXPS = [sys.executable, "-m", "adapters.cli.main", "--log-json"]
 FRED, BARNEY = Endpoint.parse("fred@a.example"), Endpoint.parse("barney@b.example")
 
 
-async def _broker(bootstrap: str, *args: str) -> tuple[asyncio.subprocess.Process, int]:
-    proc = await asyncio.create_subprocess_exec(
-        *APEXPS, "broker", "--bootstrap", bootstrap, "--namespace",
-        f"t{uuid.uuid4().hex[:12]}", "--listen", "127.0.0.1:0", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    assert proc.stdout is not None
-    line = (await asyncio.wait_for(proc.stdout.readline(), 120)).decode()
-    assert line.startswith("apex: 127.0.0.1:"), line
-    return proc, int(line.split()[1].rpartition(":")[2])
-
-
 async def _scenario(bootstrap: str) -> tuple[bytes, bytes]:
-    b, b_port = await _broker(bootstrap, "--domain", "b.example", "--accept-peer", "a.example")
-    a, a_port = await _broker(bootstrap, "--domain", "a.example",
+    b, b_port = await start_broker(bootstrap, "--domain", "b.example", "--accept-peer", "a.example")
+    a, a_port = await start_broker(bootstrap, "--domain", "a.example",
                               "--peer", f"b.example=127.0.0.1:{b_port}")
     try:
         assert a.stderr is not None

@@ -5,9 +5,7 @@ crossing spends a hop, and when none is left the relay drops it and reports 550.
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
-import sys
 import uuid
 from pathlib import Path
 
@@ -16,10 +14,10 @@ import pytest
 from adapters.apex.pubsub import DEFAULT_HOPS
 from adapters.apex.pubsub_client import PubsubClient
 from broker.kafka_io import KafkaConfig, watermarks
+from tests.integration.broker_process import logged, start_broker
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
-APEXPS = [sys.executable, "-m", "adapters.cli.main", "--log-json"]
 #: Each domain lets its own endpoints do everything and the other's redistributor subscribe.
 ACCESS = """<access domain='{me}'>
   <allow id='locals' originator='*@{me}' tokens='pubsub:all core:data' />
@@ -29,50 +27,27 @@ ACCESS = """<access domain='{me}'>
 """
 
 
-async def _broker(bootstrap: str, namespace: str,
-                  *args: str) -> tuple[asyncio.subprocess.Process, int]:
-    proc = await asyncio.create_subprocess_exec(
-        *APEXPS, "broker", "--bootstrap", bootstrap, "--namespace", namespace,
-        "--journal-partitions", "1", "--listen", "127.0.0.1:0", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    assert proc.stdout is not None
-    line = (await asyncio.wait_for(proc.stdout.readline(), 120)).decode()
-    assert line.startswith("apex: 127.0.0.1:"), line
-    return proc, int(line.split()[1].rpartition(":")[2])
-
-
-async def _until(proc: asyncio.subprocess.Process, event: str, **fields: object) -> None:
-    await asyncio.wait_for(_logged(proc, event, fields), 90)
-
-
-async def _logged(proc: asyncio.subprocess.Process, event: str, fields: dict[str, object]) -> None:
-    assert proc.stderr is not None
-    while True:
-        line = await proc.stderr.readline()
-        assert line, f"broker exited before logging {event!r}"
-        record = json.loads(line) if line.startswith(b"{") else {}
-        if record.get("event") == event and all(record.get(k) == v for k, v in fields.items()):
-            return
-
-
 async def _loop(bootstrap: str, ns_a: str, ns_b: str, tmp: Path) -> None:
     for me, other in (("a.example", "b.example"), ("b.example", "a.example")):
         (tmp / f"{me}.xml").write_text(ACCESS.format(me=me, other=other))
-    b, b_port = await _broker(bootstrap, ns_b, "--domain", "b.example", "--accept-peer",
-                              "a.example", "--redistribute", "loop.t@a.example",
-                              "--access", str(tmp / "b.example.xml"))
-    a, a_port = await _broker(bootstrap, ns_a, "--domain", "a.example", "--peer",
-                              f"b.example=127.0.0.1:{b_port}", "--redistribute",
-                              "loop.t@b.example", "--access", str(tmp / "a.example.xml"))
+    one = ("--journal-partitions", "1")  # the copies are counted on partition 0
+    b, b_port = await start_broker(
+        bootstrap, *one, "--domain", "b.example", "--accept-peer", "a.example",
+        "--redistribute", "loop.t@a.example", "--access", str(tmp / "b.example.xml"),
+        namespace=ns_b)
+    a, a_port = await start_broker(
+        bootstrap, *one, "--domain", "a.example", "--peer", f"b.example=127.0.0.1:{b_port}",
+        "--redistribute", "loop.t@b.example", "--access", str(tmp / "a.example.xml"),
+        namespace=ns_a)
     try:
         await asyncio.gather(
-            _until(a, "redistribution subscribe answered", code=250),
-            _until(b, "redistribution subscribe answered", code=250))
+            logged(a, "redistribution subscribe answered", code=250),
+            logged(b, "redistribution subscribe answered", code=250))
         fred = await PubsubClient.connect("127.0.0.1", a_port, "fred@a.example")
         await fred.publish("loop.t", b"round and round")
         # the relay that runs out of hops reports to the service that forwarded last
         done, pending = await asyncio.wait(
-            [asyncio.create_task(_until(p, "delivery report")) for p in (a, b)],
+            [asyncio.create_task(logged(p, "delivery report")) for p in (a, b)],
             return_when=asyncio.FIRST_COMPLETED)
         for task in pending:
             task.cancel()

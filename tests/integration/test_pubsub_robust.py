@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 from collections.abc import AsyncIterator
 
 import pytest
@@ -17,6 +16,7 @@ from adapters.app import BrokerApp
 from broker.errors import AccessDenied, ApexpsError, InvalidParameter, RebuildRefused
 from broker.kafka_io import KafkaConfig
 from broker.robust.config import RobustConfig
+from tests.integration.broker_process import start_broker
 
 pytestmark = pytest.mark.kafka
 
@@ -219,20 +219,9 @@ def test_heartbeat_only_gap_is_detected_and_filled(kafka_config: KafkaConfig) ->
     asyncio.run(_heartbeats(kafka_config))
 
 
-async def _broker(config: KafkaConfig) -> tuple[asyncio.subprocess.Process, int]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "adapters.cli.main", "--log-level", "warning", "broker",
-        "--bootstrap", config.bootstrap, "--namespace", config.namespace,
-        "--listen", "127.0.0.1:0", "--heartbeat-ms", "600000", stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL)
-    assert proc.stdout is not None
-    line = (await asyncio.wait_for(proc.stdout.readline(), 120)).decode()
-    assert line.startswith("apex: "), line
-    return proc, int(line.split()[1].rpartition(":")[2])
-
-
 async def _after_kill(config: KafkaConfig) -> None:
-    proc, port = await _broker(config)
+    proc, port = await start_broker(config.bootstrap, "--heartbeat-ms", "600000",
+                                      namespace=config.namespace, logs=False)
     try:
         pub = await PubsubClient.connect("127.0.0.1", port, "pub@example.com")
         fred = await PubsubClient.connect("127.0.0.1", port, "fred@example.com")
@@ -246,7 +235,8 @@ async def _after_kill(config: KafkaConfig) -> None:
         for c in (pub, fred):
             with contextlib.suppress(ApexpsError, ConnectionError):
                 await c.close()
-        proc, port = await _broker(config)
+        proc, port = await start_broker(config.bootstrap, "--heartbeat-ms", "600000",
+                                      namespace=config.namespace, logs=False)
         fred = await PubsubClient.connect("127.0.0.1", port, "fred@example.com")
         reply = await fred.gap("fred-crash", 3, 8)
         assert (reply.code, reply.link_seq) == (250, 8)

@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import itertools
 import signal
-import sys
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from adapters.app import BrokerApp
 from broker.core import BrokerCore
 from broker.errors import AccessDenied, ApexpsError, InvalidParameter, NotTaken
 from broker.kafka_io import KafkaConfig, watermarks
+from tests.integration.broker_process import start_broker
 
 pytestmark = pytest.mark.kafka
 
@@ -183,18 +183,6 @@ def test_duration_expiry_and_deletetopic_send_the_cancel(kafka_config: KafkaConf
                                                              "ended news.long"]
 
 
-async def _broker(config: KafkaConfig) -> tuple[asyncio.subprocess.Process, int]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "adapters.cli.main", "--log-level", "warning", "broker",
-        "--bootstrap", config.bootstrap, "--namespace", config.namespace,
-        "--listen", "127.0.0.1:0", stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL)
-    assert proc.stdout is not None
-    line = (await asyncio.wait_for(proc.stdout.readline(), 120)).decode()
-    assert line.startswith("apex: "), line
-    return proc, int(line.split()[1].rpartition(":")[2])
-
-
 async def _receive_all(client: PubsubClient, count: int,
                        topics: set[str]) -> Counter[bytes]:
     counter: Counter[bytes] = Counter()
@@ -210,7 +198,8 @@ async def _receive_all(client: PubsubClient, count: int,
 async def _fan_out(config: KafkaConfig) -> tuple[dict[str, Counter[bytes]], dict[str, set[bytes]],
                                                   list[str], int, dict[str, bytes]]:
     topics = [f"t{i}.feed" for i in range(5)]
-    proc, port = await _broker(config)
+    proc, port = await start_broker(config.bootstrap, namespace=config.namespace,
+                                      logs=False)
     pubs = [await PubsubClient.connect("127.0.0.1", port, f"pub{i}@example.com")
             for i in range(3)]
     for t in topics:
@@ -244,7 +233,8 @@ async def _fan_out(config: KafkaConfig) -> tuple[dict[str, Counter[bytes]], dict
     for c in (*pubs, *subs.values()):
         with contextlib.suppress(ApexpsError, ConnectionError):
             await c.close()
-    proc, port = await _broker(config)
+    proc, port = await start_broker(config.bootstrap, namespace=config.namespace,
+                                      logs=False)
     try:
         admin = await PubsubClient.connect("127.0.0.1", port, "pub0@example.com")
         listed = await admin.list_topics()

@@ -7,19 +7,16 @@ through redistr.com's own journal."""
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
-import sys
-import uuid
 from pathlib import Path
 
 import pytest
 
 from adapters.apex.pubsub_client import Delivered, PubsubClient
+from tests.integration.broker_process import logged, start_broker
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
-APEXPS = [sys.executable, "-m", "adapters.cli.main", "--log-json"]
 ORIGIN_ACCESS = """<access domain='example.com'>
   <allow id='locals' originator='*@example.com' tokens='pubsub:all core:data' />
   <allow id='redistributor' originator='apex=pubsub/music.jazz@redistr.com'
@@ -30,37 +27,16 @@ ORIGIN_ACCESS = """<access domain='example.com'>
 """
 
 
-async def _broker(bootstrap: str, *args: str) -> tuple[asyncio.subprocess.Process, int]:
-    proc = await asyncio.create_subprocess_exec(
-        *APEXPS, "broker", "--bootstrap", bootstrap, "--namespace",
-        f"t{uuid.uuid4().hex[:12]}", "--listen", "127.0.0.1:0", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    assert proc.stdout is not None
-    line = (await asyncio.wait_for(proc.stdout.readline(), 120)).decode()
-    assert line.startswith("apex: 127.0.0.1:"), line
-    return proc, int(line.split()[1].rpartition(":")[2])
-
-
-async def _log_event(proc: asyncio.subprocess.Process, event: str) -> dict[str, object]:
-    assert proc.stderr is not None
-    while True:
-        line = await asyncio.wait_for(proc.stderr.readline(), 60)
-        assert line, f"broker exited before logging {event!r}"
-        record = json.loads(line) if line.startswith(b"{") else {}
-        if record.get("event") == event:
-            return record
-
-
 async def _scenario(bootstrap: str, access: Path) -> tuple[bytes, list[str]]:
-    origin, origin_port = await _broker(bootstrap, "--domain", "example.com", "--access",
+    origin, origin_port = await start_broker(bootstrap, "--domain", "example.com", "--access",
                                         str(access), "--accept-peer", "redistr.com")
     admin = await PubsubClient.connect("127.0.0.1", origin_port, "admin@example.com")
     await admin.create_topic("music.jazz")
-    redistr, redistr_port = await _broker(
+    redistr, redistr_port = await start_broker(
         bootstrap, "--domain", "redistr.com", "--peer", f"example.com=127.0.0.1:{origin_port}",
         "--redistribute", "music.jazz@example.com")
     try:
-        answered = await _log_event(redistr, "redistribution subscribe answered")
+        answered = await logged(redistr, "redistribution subscribe answered")
         assert answered["code"] == 250
         # wilma asks example.com's service; it forwards to redistr.com, which subscribes her
         wilma = await PubsubClient.connect("127.0.0.1", redistr_port, "wilma@redistr.com",
