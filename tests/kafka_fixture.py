@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.core import BrokerCore
 from broker.kafka_io import KafkaConfig
 from ops.kafka_local import LocalKafka, answers
 
@@ -38,6 +39,15 @@ def _kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def _kafka_config(kafka_bootstrap: str) -> KafkaConfig:
     """A KafkaConfig with a namespace of its own, so each test has fresh apexps topics."""
     return KafkaConfig(bootstrap=kafka_bootstrap, namespace=f"t{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture(name="core")
+def _core(kafka_config: KafkaConfig) -> Iterator[BrokerCore]:
+    """An opened BrokerCore on fresh topics of the suite's Kafka, as `apexps broker` opens it."""
+    core = BrokerCore(kafka_config)
+    core.open()
+    yield core
+    core.close()
 
 
 @pytest.fixture(name="private_kafka")

@@ -39,16 +39,21 @@ def _server(text: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(f"{text!r} is not HOST[:PORT]") from None
 
 
+def content_fields(content: bytes) -> dict[str, str]:
+    """A JSON line's view of content: `content` if it is UTF-8 text, else `content_base64`."""
+    try:
+        return {"content": content.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"content_base64": base64.b64encode(content).decode("ascii")}
+
+
 def _as_json(data: Data) -> str:
     record: dict[str, Any] = {
         "originator": str(data.originator),
         "recipients": [str(r) for r in data.recipients],
         "content_type": data.content_type,
+        **content_fields(data.content),
     }
-    try:
-        record["content"] = data.content.decode("utf-8")
-    except UnicodeDecodeError:
-        record["content_base64"] = base64.b64encode(data.content).decode("ascii")
     return json.dumps(record, ensure_ascii=False)
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import json
 import sys
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import structlog
 
 from adapters.apex.pubsub_client import Delivered, Ended, PubsubClient
-from adapters.cli.client_cmd import FOREVER, _common, add_reconnect_option
+from adapters.cli.client_cmd import FOREVER, _common, add_reconnect_option, content_fields
 from adapters.cli.security import client_security
 
 __all__ = ["register"]
@@ -81,11 +80,8 @@ async def _publish(args: argparse.Namespace) -> int:
 
 def _as_json(event: Delivered) -> str:
     record: dict[str, Any] = {"topic": event.topic, "originator": event.originator,
-                              "content_type": event.content_type}
-    try:
-        record["content"] = event.content.decode("utf-8")
-    except UnicodeDecodeError:
-        record["content_base64"] = base64.b64encode(event.content).decode("ascii")
+                              "content_type": event.content_type,
+                              **content_fields(event.content)}
     return json.dumps(record, ensure_ascii=False)
 
 

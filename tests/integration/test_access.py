@@ -12,7 +12,7 @@ import pytest
 from broker.access import AccessControl, Token
 from broker.core import BrokerCore
 from broker.errors import ConfigError
-from broker.kafka_io import KafkaConfig, watermarks
+from broker.kafka_io import watermarks
 from broker.records import AccessEffect, AccessEntry, now_ms
 
 pytestmark = pytest.mark.kafka
@@ -26,15 +26,6 @@ README_FILE = """<access domain='example.com'>
         topic='music.jazz.milesdavis' />
 </access>
 """
-
-
-@pytest.fixture(name="core")
-def _core(kafka_config: KafkaConfig) -> Iterator[BrokerCore]:
-    """An opened BrokerCore on fresh topics of the suite's Kafka."""
-    core = BrokerCore(kafka_config)
-    core.open()
-    yield core
-    core.close()
 
 
 @pytest.fixture(name="other")

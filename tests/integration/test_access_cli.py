@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,15 +22,6 @@ APEXPS = [sys.executable, "-m", "adapters.cli.main", "--log-level", "warning", "
 JAZZ = "music.jazz.milesdavis"
 
 Run = Callable[..., "subprocess.CompletedProcess[str]"]
-
-
-@pytest.fixture(name="core")
-def _core(kafka_config: KafkaConfig) -> Iterator[BrokerCore]:
-    """A broker's core on a fresh namespace, as `apexps broker` would open it."""
-    core = BrokerCore(kafka_config)
-    core.open()
-    yield core
-    core.close()
 
 
 @pytest.fixture(name="run")

@@ -25,15 +25,6 @@ from ops.kafka_local import LocalKafka
 pytestmark = pytest.mark.kafka
 
 
-@pytest.fixture(name="core")
-def _core(kafka_config: KafkaConfig):  # type: ignore[no-untyped-def]
-    """An opened BrokerCore on fresh topics of the suite's Kafka."""
-    core = BrokerCore(kafka_config)
-    core.open()
-    yield core
-    core.close()
-
-
 def _pub(topic: str = "music.jazz.milesdavis", source: str = "fred@example.com",
          body: bytes = b"<note/>", **kw: object) -> Publication:
     return Publication(topic=topic, source=source, content=body, **kw)  # type: ignore[arg-type]

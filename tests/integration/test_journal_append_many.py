@@ -23,15 +23,6 @@ TOPIC_LIMIT = 4000
 BIG = 20_000
 
 
-@pytest.fixture(name="core")
-def _core(kafka_config: KafkaConfig) -> Iterator[BrokerCore]:
-    """An opened BrokerCore on fresh topics of the suite's Kafka."""
-    core = BrokerCore(kafka_config)
-    core.open()
-    yield core
-    core.close()
-
-
 @pytest.fixture(name="small_core")
 def _small_core(kafka_config: KafkaConfig) -> Iterator[BrokerCore]:
     """A BrokerCore whose journal topic refuses record batches over TOPIC_LIMIT bytes."""

@@ -29,14 +29,6 @@ from broker.robust.refill import refill
 pytestmark = [pytest.mark.kafka]
 
 
-@pytest.fixture(name="core")
-def _core(kafka_config: KafkaConfig) -> Iterator[BrokerCore]:
-    core = BrokerCore(kafka_config)
-    core.open()
-    yield core
-    core.close()
-
-
 def _data(link: str, n: int) -> LinkItem:
     return LinkItem(link, LinkKind.DATA, Position(0, n), "fred@example.com", n)
 
