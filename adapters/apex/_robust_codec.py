@@ -1,6 +1,9 @@
 """Robust delivery's vocabulary (docs/robust-binding.md, docs/apexps-robust.dtd) <-> dataclasses.
 
-Two kinds of thing travel:
+Three kinds of thing travel:
+- the publish option, an APEX option `apexps.publish` on data a publisher sends to
+  `apex=pubsub/TOPIC@D`, holding one `<publish … />` (`PublishMeta`; `publish_option`,
+  `find_publish_meta`): publish type, message-id, permission token, publisher seq;
 - the sequence stamp, an APEX option `apexps.seq` in each recipient element of delivered data,
   holding one `<seq … />` (`Stamp`; `stamp_option`, `find_stamp`, `decode_stamp`);
 - documents carried as data content: `heartbeat` and `linkreset` (what heartbeat and reset data
@@ -49,6 +52,7 @@ __all__ = [
     "MAX_LINK_SEQ",
     "MAX_REPAIR_SOURCES",
     "MAX_ROBUST_XML",
+    "PUBLISH_OPTION",
     "ROBUST_ELEMENTS",
     "STAMP_OPTION",
     "Capabilities",
@@ -57,6 +61,7 @@ __all__ = [
     "Heartbeat",
     "LinkReply",
     "LinkReset",
+    "PublishMeta",
     "RepairRequest",
     "RobustDocument",
     "SourcePosition",
@@ -67,12 +72,16 @@ __all__ = [
     "decode_stamp",
     "encode_robust",
     "encode_stamp",
+    "find_publish_meta",
     "find_stamp",
+    "publish_option",
     "stamp_option",
 ]
 
 #: The APEX option (internal name) that carries the stamp.
 STAMP_OPTION = "apexps.seq"
+#: The APEX option (internal name) a publisher puts on its data.
+PUBLISH_OPTION = "apexps.publish"
 #: The widest link seq of any resolution (64 bits).
 MAX_LINK_SEQ = 2**64 - 1
 #: Source seqs, epochs and times are Avro longs in the journal and the link log.
@@ -181,6 +190,34 @@ class Stamp:
             _check_int(self.repair, "repair", 1, MAX_TRANS_ID)
         if self.refill and self.kind is StampKind.RESET:
             raise _bad("a reset is never refilled")
+
+
+@dataclass(frozen=True, slots=True)
+class PublishMeta:
+    """What a publisher says about one message (docs/robust-binding.md §2.3): its publish
+    type, the data item it acts on (`message_id`, with the topic), its permission token and
+    the publisher's own seq on its link to the broker. Every field is optional; a message
+    without the option is an `update` with none of the rest.
+
+    `snapshot` is a subscriber's request (XEP-0040 §3.1), never something published: 553.
+    """
+
+    publish_type: PublishType = PublishType.UPDATE
+    message_id: str | None = None
+    token: str | None = None
+    publisher_seq: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.publish_type, PublishType):
+            raise _bad(f"{self.publish_type!r} is not a publish type")
+        if self.publish_type is PublishType.SNAPSHOT:
+            raise InvalidParameter("snapshot is a subscriber's request, not a publish type")
+        if self.message_id is not None:
+            _check_text(self.message_id, "a message-id", MAX_MESSAGE_ID_LEN)
+        if self.token is not None:
+            _check_text(self.token, "a permission token", MAX_TOKEN_LEN)
+        if self.publisher_seq is not None:
+            _check_int(self.publisher_seq, "pubseq", 1, MAX_LONG)
 
 
 @dataclass(frozen=True, slots=True)
@@ -455,6 +492,33 @@ def decode_stamp(option: Option) -> Stamp:
         raise SyntaxError_(f"undecodable stamp: {type(exc).__name__}") from None
 
 
+_PUBLISH_ATTRS = {"type", "messageid", "token", "pubseq"}
+
+
+def find_publish_meta(options: Iterable[Option]) -> PublishMeta | None:
+    """The `apexps.publish` option among a data's `options`, None if it has none; 500/501/553
+    as for stamps, two of them 501."""
+    found = [o for o in options if o.name == PUBLISH_OPTION and not o.external]
+    if not found:
+        return None
+    if len(found) > 1:
+        raise _bad(f"a data carries at most one {PUBLISH_OPTION} option")
+    try:
+        root = _parse(found[0].content.encode("utf-8"), MAX_STAMP_XML, 1, "publish option")
+    except (RecursionError, MemoryError, UnicodeError) as exc:
+        raise SyntaxError_(f"undecodable publish option: {type(exc).__name__}") from None
+    if root.tag != "publish":
+        raise _bad(f"the {PUBLISH_OPTION} option holds <publish>, not <{str(root.tag)[:40]}>")
+    _empty(root)
+    a = _attrs(root, _PUBLISH_ATTRS, set())
+    try:
+        ptype = PublishType(a.get("type", "update"))
+    except ValueError:
+        raise _bad(f"{a['type'][:40]!r} is not a publish type") from None
+    return PublishMeta(ptype, a.get("messageid"), a.get("token"),
+                       _opt(a, "pubseq", "pubseq", 1))
+
+
 def find_stamp(options: Iterable[Option]) -> Stamp | None:
     """The stamp among a recipient's `options`, None if it has none; two stamps are 501."""
     found = [o for o in options if o.name == STAMP_OPTION and not o.external]
@@ -621,6 +685,13 @@ def data_stamp_xml(link: str, link_seq: int, *, epoch: int, source: str, source_
     return (f"{head} linkseq='{link_seq}' kind='data' source='{_esc(source)}'"
             f" sourceseq='{source_seq}' type='{publish_type}' topic='{_esc(topic)}'"
             f"{_a('token', token)}{_a('messageid', message_id)}{_a('time', time)}{tail}")
+
+
+def publish_option(meta: PublishMeta) -> Option:
+    """The `apexps.publish` option saying `meta`, for a publisher's data."""
+    return Option(PUBLISH_OPTION, content=(
+        f"<publish type='{meta.publish_type}'{_a('messageid', meta.message_id)}"
+        f"{_a('token', meta.token)}{_a('pubseq', meta.publisher_seq)} />"))
 
 
 def stamp_option(stamp: Stamp) -> Option:

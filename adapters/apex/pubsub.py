@@ -55,7 +55,7 @@ from ._pubsub_codec import (
     encode_pubsub,
 )
 from ._relay import ServiceResult
-from ._robust_codec import ROBUST_ELEMENTS, decode_robust
+from ._robust_codec import ROBUST_ELEMENTS, PublishMeta, decode_robust, find_publish_meta
 from ._sequenced import SequencedFanout
 
 __all__ = ["SERVICE", "PubsubHandler"]
@@ -70,6 +70,8 @@ REPORT_SERVICE = "apex=report"
 #: RFC 3342 §4 / draft §3: forwarded data carries a hop limit so a loop between pubsub servers
 #: ends; a publication that arrives with one keeps what is left of it.
 DEFAULT_HOPS = 8
+#: A publication without the apexps.publish option.
+_PLAIN = PublishMeta()
 
 
 #: The root element's name, after an optional XML declaration, comments or PIs.
@@ -194,8 +196,11 @@ class PubsubHandler:
         """Checked now (537, 550); appended with whatever else arrived in this event-loop turn,
         in arrival order, as one journal batch; answered once Kafka holds it."""
         hops = {"dataHopping": str(hop_limit(data.options) or DEFAULT_HOPS)}
+        meta = find_publish_meta(data.options) or _PLAIN
         pub = self.service.accept(str(data.originator), topic, data.content, data.content_type,
-                                  hops)
+                                  hops, publish_type=meta.publish_type,
+                                  message_id=meta.message_id, permission_token=meta.token,
+                                  publisher_seq=meta.publisher_seq)
         done: asyncio.Future[Iterable[Data]] = self._loop.create_future()
         if not self._batch:
             self._loop.call_soon(self._append_batch)

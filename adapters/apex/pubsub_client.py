@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.errors import ApexpsError, ServiceNotAvailable
+from broker.records import PublishType
 
 from ._codec import Data
 from ._endpoint import Endpoint
@@ -50,11 +51,13 @@ from ._robust_codec import (
     CapabilityQuery,
     GapRequest,
     LinkReply,
+    PublishMeta,
     RobustDocument,
     Stamp,
     decode_robust,
     encode_robust,
     find_stamp,
+    publish_option,
 )
 from .client import DEFAULT_TIMEOUT, ApexClient
 from .reconnect import ConnectionEvent, Disconnected, ReconnectingApexClient, ReconnectPolicy
@@ -62,6 +65,7 @@ from .reconnect import ConnectionEvent, Disconnected, ReconnectingApexClient, Re
 __all__ = ["Delivered", "Ended", "LinkEvent", "PubsubClient"]
 
 SERVICE = "apex=pubsub"
+_PLAIN = PublishMeta()
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,10 +212,18 @@ class PubsubClient:
         await self._ask(Cancel(topic, trans, self._endpoint(subscriber)), trans)
 
     async def publish(self, topic: str, content: bytes,
-                      content_type: str = "application/octet-stream") -> None:
-        """Send to `apex=pubsub/TOPIC@domain`; returns once the broker holds it durably."""
+                      content_type: str = "application/octet-stream", *,
+                      publish_type: PublishType | str = PublishType.UPDATE,
+                      message_id: str | None = None, token: str | None = None,
+                      publisher_seq: int | None = None) -> None:
+        """Send to `apex=pubsub/TOPIC@domain`; returns once the broker holds it durably.
+        `publish_type`, `message_id` (the data item, with the topic), `token` (a permission
+        token) and `publisher_seq` travel in the `apexps.publish` option (robust-binding §2.3);
+        a plain update without the rest sends no option."""
         to = Endpoint(SERVICE, self.service.domain, topic)
-        await self.client.send(self.endpoint, [to], content, content_type)
+        meta = PublishMeta(PublishType(publish_type), message_id, token, publisher_seq)
+        options = () if meta == _PLAIN else (publish_option(meta),)
+        await self.client.send(self.endpoint, [to], content, content_type, options=options)
 
     def _endpoint(self, who: Endpoint | str | None) -> Endpoint:
         if who is None:

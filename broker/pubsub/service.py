@@ -36,7 +36,7 @@ import structlog
 from broker.core import BrokerCore
 from broker.errors import AccessDenied, InvalidParameter, NotTaken
 from broker.names import validate_topic
-from broker.records import Publication, Subscription, SubscriptionState, Topic, now_ms
+from broker.records import Publication, PublishType, Subscription, SubscriptionState, Topic, now_ms
 from broker.robust.linkid import default_link_id, validate_link_id
 
 __all__ = [
@@ -227,13 +227,20 @@ class PubsubService:
     # --- publishing -------------------------------------------------------------------
 
     def accept(self, originator: str, topic: str, content: bytes, content_type: str,
-               options: Mapping[str, str] | None = None) -> Publication:
-        """§4.7.1 step 1 (550 for an unknown topic) after the `core:data` check (537)."""
+               options: Mapping[str, str] | None = None, *,
+               publish_type: PublishType = PublishType.UPDATE, message_id: str | None = None,
+               permission_token: str | None = None,
+               publisher_seq: int | None = None) -> Publication:
+        """§4.7.1 step 1 (550 for an unknown topic) after the `core:data` check (537).
+        The keywords are what the publisher said of the message (its publish type, data item,
+        permission token and own seq), journaled with it."""
         self._check(originator, "core:data", topic)
         if topic not in self.core.topics:
             raise NotTaken(f"no topic {topic!r} at {self.domain}")
         return Publication(topic=topic, source=originator, content=content,
-                           content_type=content_type, options=dict(options or {}))
+                           content_type=content_type, options=dict(options or {}),
+                           publish_type=publish_type, message_id=message_id,
+                           permission_token=permission_token, publisher_seq=publisher_seq)
 
     def recipients(self, topic: str, now: int | None = None) -> list[str]:
         """Subscribers whose subscription to `topic` is active now (§4.7.1 step 2)."""

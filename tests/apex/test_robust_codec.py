@@ -15,6 +15,7 @@ from adapters.apex._codec import Data, Option, decode, encode
 from adapters.apex._endpoint import Endpoint
 from adapters.apex._robust_codec import (
     MAX_LINK_SEQ,
+    PUBLISH_OPTION,
     STAMP_OPTION,
     Capabilities,
     CapabilityQuery,
@@ -22,6 +23,7 @@ from adapters.apex._robust_codec import (
     Heartbeat,
     LinkReply,
     LinkReset,
+    PublishMeta,
     RepairRequest,
     RobustDocument,
     SourcePosition,
@@ -32,7 +34,9 @@ from adapters.apex._robust_codec import (
     decode_stamp,
     encode_robust,
     encode_stamp,
+    find_publish_meta,
     find_stamp,
+    publish_option,
     stamp_option,
 )
 from broker.errors import (
@@ -363,3 +367,51 @@ def test_the_fast_data_stamp_writer_matches_the_checked_one(stamp: Stamp) -> Non
                           source_seq=stamp.source_seq, publish_type=str(stamp.publish_type),
                           topic=stamp.topic, token=stamp.token, message_id=stamp.message_id,
                           time=stamp.time, refill=stamp.refill) == encode_stamp(stamp)
+
+
+# --- the publish option (§2.3) --------------------------------------------------------------
+
+
+def test_the_publish_option_example() -> None:
+    """§2.3's option decodes to every field it shows, and is valid by the DTD."""
+    xml = "<publish type='image' messageid='IBM' token='6747' pubseq='1042' />"
+    _valid(xml)
+    assert find_publish_meta([Option(PUBLISH_OPTION, content=xml)]) == PublishMeta(
+        PublishType.IMAGE, "IBM", "6747", 1042)
+    assert find_publish_meta([Option("dataTiming", content="<dataTiming />")]) is None
+
+
+_published_types = st.sampled_from([t for t in PublishType if t is not PublishType.SNAPSHOT])
+
+
+@given(st.builds(PublishMeta, _published_types, st.none() | _names, st.none() | _names,
+                 st.none() | st.integers(1, 2**63 - 1)))
+def test_publish_option_round_trip(meta: PublishMeta) -> None:
+    option = publish_option(meta)
+    _valid(option.content)
+    assert find_publish_meta([option]) == meta
+
+
+@pytest.mark.parametrize(("xml", "error"), [
+    ("<publish type='snapshot' />", InvalidParameter),       # a subscriber's request
+    ("<publish type='set' />", ParameterSyntaxError),
+    ("<publish pubseq='0' />", ParameterSyntaxError),
+    ("<publish pubseq='-1' />", ParameterSyntaxError),
+    ("<publish pubseq='9223372036854775808' />", ParameterSyntaxError),
+    ("<publish colour='red' />", ParameterSyntaxError),
+    ("<publish token='" + "x" * 300 + "' />", InvalidParameter),
+    ("<publish messageid='a&#1;b' />", SyntaxError_),           # not well-formed XML 1.0
+    ("<seq link='L' linkseq='3' kind='heartbeat' />", ParameterSyntaxError),
+    ("<publish><x /></publish>", SyntaxError_),
+    ("<!DOCTYPE publish [<!ENTITY a 'b'>]><publish token='&a;' />", SyntaxError_),
+    ("<publish", SyntaxError_),
+])
+def test_hostile_publish_options_get_the_right_code(xml: str, error: type[ApexpsError]) -> None:
+    with pytest.raises(error):
+        find_publish_meta([Option(PUBLISH_OPTION, content=xml)])
+
+
+def test_two_publish_options_are_501() -> None:
+    one = publish_option(PublishMeta())
+    with pytest.raises(ParameterSyntaxError):
+        find_publish_meta([one, one])
