@@ -39,8 +39,9 @@ class BrokerApp:
                  accept_peers: list[str] | None = None,
                  redistribute: list[tuple[str, str]] | None = None,
                  security: dict[str, Any] | None = None,
-                 robust: RobustConfig | None = None) -> None:
-        """`peers`: (domain, host, port) of relays to keep a link to (relay-relay mode);
+                 robust: RobustConfig | None = None, sequenced: bool = True) -> None:
+        """`sequenced=False` serves the plain topic path (no link seqs, gap fill or
+        heartbeats: what the robust benchmark compares against); `peers`: (domain, host, port) of relays to keep a link to (relay-relay mode);
         `accept_peers`: domains whose relays may bind to us; `redistribute`: (topic, domain)
         pairs this broker redistributes (draft §2.4); `security`: ApexServer's TLS and SASL
         settings (tls, require_tls, sasl, require_auth)."""
@@ -51,6 +52,7 @@ class BrokerApp:
         self.accept_peers = frozenset(d.lower() for d in accept_peers or ())
         self.host, self.port, self.access_file = host, port, access_file
         self.core = BrokerCore(config, robust=robust)
+        self.sequenced = sequenced
         self.report: OpenReport | None = None
 
     async def start(self) -> None:
@@ -65,7 +67,8 @@ class BrokerApp:
                            holds=self.holds)
         self.server = ApexServer(self.relay, host=self.host, port=self.port, **self.security)
         self.handler = PubsubHandler(self.service, self.core.journal, self.server.send,
-                                     self.core.links, self.core.robust)
+                                     self.core.links if self.sequenced else None,
+                                     self.core.robust)
         self.relay.register_service(SERVICE, self.handler)
         self.follower = await asyncio.to_thread(
             JournalFollower, self.config, self.core.codec, self.handler.forward_threadsafe)

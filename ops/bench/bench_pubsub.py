@@ -72,7 +72,7 @@ def _serve(args: argparse.Namespace) -> None:
 
     async def run() -> None:
         config = KafkaConfig(bootstrap=args.bootstrap, namespace=args.namespace)
-        async with BrokerApp(config, domain=DOMAIN) as app:
+        async with BrokerApp(config, domain=DOMAIN, sequenced=not args.plain) as app:
             print(app.port, flush=True)
             await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
 
@@ -257,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true",
                     help="cProfile the broker process; its top functions go to stderr")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--plain", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--as-subscribers", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--as-publisher", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--namespace", default="", help=argparse.SUPPRESS)
