@@ -117,6 +117,16 @@ class SequencedFanout:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._heartbeat_task
 
+    def claim(self, link: str, owner: str) -> None:
+        """Claim `link` for `owner` (on subscribe, in a worker thread) and send the reset that
+        begins it, if the claim made one. Called before the subscription is recorded, so the
+        reset goes out before anything else on the link (the event loop runs callbacks in the
+        order they were scheduled, and deliveries are scheduled only once durable)."""
+        record = self.links.claim(link, owner)
+        if record is not None:
+            self._loop.call_soon_threadsafe(self._send,
+                                            self._link_data(_endpoint(owner), record))
+
     # --- live fan-out -------------------------------------------------------------------
 
     def entitled(self, entry: JournalEntry, subscriber: str) -> bool:

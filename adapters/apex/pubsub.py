@@ -252,14 +252,14 @@ class PubsubHandler:
         if isinstance(op, Subscribe):
             whom = str(op.subscriber)
             link = op.link or default_link_id(whom)
-            if self.links is not None:
+            claim = None
+            if self.links is not None and self.sequenced is not None:
                 self.links.check_owner(link, whom)  # 537 before anything is recorded
+                claim = functools.partial(self.sequenced.claim, link, whom)
             result = svc.subscribe(who, whom, op.topic, op.duration, op.trans_id,
-                                   link=op.link)
+                                   link=op.link, claim=claim)
             if isinstance(result, Forward):
                 return [self._forward(originator, op, result)]
-            if self.links is not None:
-                self.links.claim(link, whom)
             return [self._data(originator, Reply(250, op.trans_id))]
         if isinstance(op, Cancel):
             subject = op.subscriber or originator
