@@ -72,6 +72,8 @@ class BrokerApp:
         self.relay.register_service(SERVICE, self.handler)
         self.follower = await asyncio.to_thread(
             JournalFollower, self.config, self.core.codec, self.handler.forward_threadsafe)
+        if self.handler.sequenced is not None:
+            self.handler.sequenced.follow(self.follower.start_positions)
         self.follower.start()
         self.handler.start()
         for topic, origin in self.redistribute:

@@ -42,7 +42,7 @@ from __future__ import annotations
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -534,9 +534,16 @@ class Journal:
         with self._lock:
             return self._next.get(source, 1)
 
+    def last_durable_seq(self, source: str) -> int:
+        """The highest seq of `source` Kafka has acknowledged, as DATA or GAP (0: none): every
+        seq up to it is in the journal unless retention has deleted it."""
+        with self._book:
+            st = self._durable.get(source)
+            return 0 if st is None else st.seq
+
     def read_source(self, source: str, after_seq: int = 0, *,
                     kinds: tuple[RecordKind, ...] = (RecordKind.DATA, RecordKind.GAP),
-                    ) -> Iterator[JournalEntry]:
+                    ) -> Generator[JournalEntry, None, None]:
         """Every record of `source` with seqs above `after_seq`, in journal order (which is
         seq order for DATA; a GAP explaining an older hole may come after later seqs)."""
         part = self.partition_for(source)

@@ -11,6 +11,19 @@ then begins a new epoch on that link (a reset), which is what tells the subscrib
 
 Gap fill reads Kafka (the links topic, then the journal) in a worker thread; live data keep
 flowing on the event loop meanwhile, so refill items interleave with live ones.
+
+Source repair (§5.2) starts a new epoch on the link: a reset stamped with the request's transID,
+the catch-up (`broker.robust.repair`), then live data, with no gap and no duplicate between
+them. While the catch-up is read (in a worker thread) the link is *held*: whatever `forward`
+has for it waits (other links keep flowing). The catch-up ends exactly where `forward` stood
+when the hold began — per journal partition, the offset after the last entry it was handed
+(or the follower's start) — so what the old epoch carried is in the catch-up if the subscriber
+lacks it, and what `forward` gets later comes after it. Held entries the catch-up already holds
+(by source and source seq) are dropped, which only happens when the follower's position is not
+known. The reset and catch-up are appended in chunks (the event loop stays responsive), then
+the held entries, and the hold ends; `linkreply 250` follows the last catch-up item on the
+wire. A refused repair (570, 537, 553) changes nothing: the held entries go on in the old
+epoch. Repairs of one link run one after another.
 """
 
 from __future__ import annotations
@@ -25,13 +38,14 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from broker.errors import ApexpsError, JournalUnavailable, RebuildRefused
+from broker.errors import ApexpsError, InvalidParameter, JournalUnavailable, RebuildRefused
 from broker.journal import Journal
 from broker.pubsub import PubsubService
-from broker.records import JournalEntry
+from broker.records import JournalEntry, now_ms
 from broker.robust.config import RobustConfig
 from broker.robust.links import LinkItem, LinkKind, LinkLog, LinkRecord
 from broker.robust.refill import refill
+from broker.robust.repair import select_catch_up
 
 from ._codec import BEEP_XML, Data, Option, TargetHop
 from ._endpoint import Endpoint
@@ -43,6 +57,7 @@ from ._robust_codec import (
     Heartbeat,
     LinkReply,
     LinkReset,
+    RepairRequest,
     RobustDocument,
     Stamp,
     StampKind,
@@ -57,6 +72,17 @@ log = structlog.get_logger(__name__)
 
 SERVICE = "apex=pubsub"
 DEFAULT_HOPS = 8
+#: Catch-up items per append_many: each chunk costs the event loop a few ms, not seconds.
+REPAIR_CHUNK = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class _RepairReset:
+    """What the reset that begins a repair epoch says beyond the record: the request's transID
+    and a time at or before every journal time the epoch carries (§2)."""
+
+    trans_id: int
+    time: int
 
 
 @dataclass(slots=True)
@@ -68,6 +94,20 @@ class _Pending:
     targets: list[tuple[str, JournalEntry | None]]
     outcomes: list[LinkRecord | JournalUnavailable] | None = None
     records: list[LinkRecord] = field(default_factory=list)
+    #: the RESET item of this batch answers a source repair
+    repair: _RepairReset | None = None
+    #: runs once the batch has been sent (after its last item)
+    then: Callable[[_Pending], None] | None = None
+
+
+@dataclass(slots=True)
+class _Repair:
+    """One source repair on its way out: whether any of its records failed."""
+
+    link: str
+    trans_id: int
+    to: Endpoint
+    failed: JournalUnavailable | None = None
 
 
 @functools.lru_cache(maxsize=65536)
@@ -105,6 +145,15 @@ class SequencedFanout:
         #: link -> loop time of the last item put on it (for heartbeats)
         self._active: dict[str, float] = {}
         self._heartbeat_task: asyncio.Task[None] | None = None
+        #: link under repair -> what forward() had for it meanwhile (subscriber, entry)
+        self._held: dict[str, list[tuple[str, JournalEntry]]] = {}
+        #: journal partition -> offset of the last entry forward() was handed
+        self._forwarded: dict[int, int] = {}
+        #: journal partition -> where the follower began (set by `follow`)
+        self._follow_start: dict[int, int] | None = None
+        #: link -> the repair that runs last on it (the next waits for it)
+        self._repair_tail: dict[str, asyncio.Future[None]] = {}
+        self._repairs: set[asyncio.Task[None]] = set()
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -112,16 +161,33 @@ class SequencedFanout:
         self._heartbeat_task = asyncio.create_task(self._heartbeats())
 
     async def close(self) -> None:
-        if self._heartbeat_task is not None:
-            self._heartbeat_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._heartbeat_task
+        for task in [self._heartbeat_task, *self._repairs]:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    def follow(self, start: dict[int, int]) -> None:
+        """The journal follower starts at `start` (offset per partition): what precedes it was
+        never forwarded, so a repair's catch-up reaches at least that far."""
+        self._follow_start = dict(start)
+
+    def claim(self, link: str, owner: str) -> None:
+        """Claim `link` for `owner` (on subscribe, in a worker thread) and send the reset that
+        begins it, if the claim made one. Called before the subscription is recorded, so the
+        reset goes out before anything else on the link (the event loop runs callbacks in the
+        order they were scheduled, and deliveries are scheduled only once durable)."""
+        record = self.links.claim(link, owner)
+        if record is not None:
+            self._loop.call_soon_threadsafe(self._send,
+                                            self._link_data(_endpoint(owner), record))
 
     # --- live fan-out -------------------------------------------------------------------
 
     def entitled(self, entry: JournalEntry, subscriber: str) -> bool:
         """The permission-token filter hook (issue 6 item 7): it runs before a link seq is
         assigned, so a link never carries a seq for a message its subscriber may not see.
+        A source repair's catch-up calls it too, from a worker thread: it must be thread-safe.
         Everything is delivered until permission tokens land."""
         return True
 
@@ -129,21 +195,30 @@ class SequencedFanout:
         """Sequence `entries` onto their subscribers' links (event loop); sent once durable."""
         items: list[LinkItem] = []
         targets: list[tuple[str, JournalEntry | None]] = []
+        held, forwarded = self._held, self._forwarded
         for entry in entries:
+            part, offset = entry.position
+            forwarded[part] = offset
             for who, link in self.service.recipient_links(entry.topic):
                 if self.entitled(entry, who):
+                    if held and link in held:  # under repair: after the catch-up
+                        held[link].append((who, entry))
+                        continue
                     items.append(LinkItem.data(link, entry))
                     targets.append((who, entry))
         self._append(items, targets)
 
     def _append(self, items: list[LinkItem], targets: list[tuple[str, JournalEntry | None]],
-                ) -> None:
+                *, repair: _RepairReset | None = None,
+                then: Callable[[_Pending], None] | None = None) -> _Pending | None:
+        """Assign seqs to `items` and queue them; the slot, or None if nothing was appended
+        (no items, or the link log refused the batch)."""
         if not items:
-            return
+            return None
         now = self._loop.time()
         for item in items:
             self._active[item.link] = now
-        slot = _Pending(items, targets)
+        slot = _Pending(items, targets, repair=repair, then=then)
         self._pending.append(slot)
 
         def durable(outcomes: list[LinkRecord | JournalUnavailable]) -> None:
@@ -155,6 +230,8 @@ class SequencedFanout:
             self._pending.remove(slot)
             log.error("link log append refused; deliveries dropped (the link resets)",
                       items=len(items), error=str(exc))
+            return None
+        return slot
 
     def _settled(self, slot: _Pending, outcomes: list[LinkRecord | JournalUnavailable]) -> None:
         slot.outcomes = outcomes
@@ -164,6 +241,11 @@ class SequencedFanout:
                 self._emit(done)
             except Exception:  # one bad batch must not stall every later one
                 log.exception("sequenced fan-out failed for a batch", items=len(done.items))
+            if done.then is not None:
+                try:
+                    done.then(done)
+                except Exception:
+                    log.exception("after-send hook failed for a batch")
 
     def _emit(self, slot: _Pending) -> None:
         """Send what became durable: resets first (each precedes its link's items), then one
@@ -181,7 +263,8 @@ class SequencedFanout:
                             link_seq=record.link_seq, error=str(outcome))
                 continue
             if entry is None or record.kind is not LinkKind.DATA:
-                self._send(self._link_data(_endpoint(who), record))
+                repair = slot.repair if record.kind is LinkKind.RESET and not inserted else None
+                self._send(self._link_data(_endpoint(who), record, repair=repair))
                 continue
             group = by_entry.get(id(entry))
             if group is None:
@@ -195,10 +278,16 @@ class SequencedFanout:
                             recipient_options=tuple(options),
                             content_ref="#Content" if entry.content_type == BEEP_XML else None))
 
-    def _link_data(self, to: Endpoint, record: LinkRecord, refilled: bool = False) -> Data:
-        """A heartbeat or reset of `record`'s link, as data from apex=pubsub@D."""
+    def _link_data(self, to: Endpoint, record: LinkRecord, refilled: bool = False, *,
+                   repair: _RepairReset | None = None) -> Data:
+        """A heartbeat or reset of `record`'s link, as data from apex=pubsub@D; `repair`: the
+        reset answers that source repair."""
         doc: RobustDocument
-        if record.kind is LinkKind.RESET:
+        if record.kind is LinkKind.RESET and repair is not None:
+            stamp = Stamp(record.link, 0, StampKind.RESET, record.epoch,
+                          time=min(repair.time, record.recorded_at), repair=repair.trans_id)
+            doc = LinkReset("source repair")
+        elif record.kind is LinkKind.RESET:
             stamp = Stamp(record.link, 0, StampKind.RESET, record.epoch, time=record.recorded_at)
             doc = LinkReset("new link" if record.ordinal == 0 else None)
         else:
@@ -223,7 +312,7 @@ class SequencedFanout:
                 del self._active[gone]  # no subscription travels on it any more: no heartbeats
             for link, who in subscribed.items():
                 last = self._active.setdefault(link, now)
-                if now - last >= interval:
+                if now - last >= interval and link not in self._held:
                     items.append(LinkItem.heartbeat(link))
                     targets.append((who, None))
             self._append(items, targets)
@@ -234,9 +323,12 @@ class SequencedFanout:
         return Data(self.endpoint, (to,), encode_robust(doc), BEEP_XML, content_ref="#Content")
 
     async def request(self, originator: Endpoint, doc: RobustDocument) -> list[Data]:
-        """Answer a robust document sent to apex=pubsub@D (a gap or a capability query)."""
+        """Answer a robust document sent to apex=pubsub@D (a gap, a source repair or a
+        capability query)."""
         if isinstance(doc, GapRequest):
             return await self._gap(originator, doc)
+        if isinstance(doc, RepairRequest):
+            return self._repair(originator, doc)
         if isinstance(doc, CapabilityQuery):
             return [self._doc(originator, self.capabilities(doc.trans_id))]
         log.info("robust document ignored", originator=str(originator),
@@ -286,3 +378,139 @@ class SequencedFanout:
             250, req.link, req.trans_id, None if head is None else head.epoch, last)))
         log.info("gap filled", link=req.link, originator=str(originator), items=len(found))
         return out
+
+    # --- source repair (§5.2) -----------------------------------------------------------
+
+    def _link_reply(self, to: Endpoint, link: str, trans_id: int, exc: ApexpsError) -> Data:
+        head = self.links.last(link)
+        return self._doc(to, LinkReply.from_exception(
+            exc, link, trans_id, epoch=None if head is None else head.epoch,
+            link_seq=None if head is None else head.link_seq))
+
+    def _repair(self, originator: Endpoint, req: RepairRequest) -> list[Data]:
+        """Refuse at once what needs no reading (537, 553); otherwise answer from a task,
+        since the relay's `ok` says the request was received and a long catch-up must not
+        hold it back."""
+        try:
+            self.links.check_owner(req.link, str(originator))
+            if self.links.head(req.link) is None:
+                raise InvalidParameter(f"link {req.link!r} is unknown here; subscribe naming it"
+                                       " first")
+        except ApexpsError as exc:
+            log.info("repair refused", link=req.link, originator=str(originator),
+                     code=int(exc.code), reason=str(exc))
+            return [self._link_reply(originator, req.link, req.trans_id, exc)]
+        task = asyncio.create_task(self._repair_in_turn(originator, req))
+        self._repairs.add(task)
+        task.add_done_callback(self._repairs.discard)
+        return []
+
+    async def _repair_in_turn(self, originator: Endpoint, req: RepairRequest) -> None:
+        """One repair of a link at a time: the next starts once the previous has appended."""
+        link = req.link
+        before = self._repair_tail.get(link)
+        mine: asyncio.Future[None] = self._loop.create_future()
+        self._repair_tail[link] = mine
+        try:
+            if before is not None:
+                await asyncio.wait([before])
+            await self._repair_now(originator, req)
+        except Exception as exc:  # a bug here must still answer, and free the next repair
+            log.exception("source repair failed", link=link)
+            self._send(self._link_reply(originator, link, req.trans_id,
+                                        JournalUnavailable(f"the repair failed: {exc}")))
+        finally:
+            mine.set_result(None)
+            if self._repair_tail.get(link) is mine:
+                del self._repair_tail[link]
+
+    def _until(self) -> dict[int, int] | None:
+        """Per journal partition, the first offset forward() has not been handed."""
+        if self._follow_start is None:
+            return None
+        return {p: max(start, self._forwarded.get(p, -1) + 1)
+                for p, start in self._follow_start.items()}
+
+    async def _repair_now(self, originator: Endpoint, req: RepairRequest) -> None:
+        """Hold the link, read the catch-up, then the new epoch (or the refusal), then what
+        was held; see the module docstring."""
+        link = req.link
+        topics = self.service.link_topics(link)
+        held: list[tuple[str, JournalEntry]] = []
+        self._held[link] = held
+        covered: dict[str, int] = {}  # source -> highest source seq the catch-up put on
+        try:
+            try:
+                entries = await asyncio.to_thread(
+                    select_catch_up, self.journal, [(p.source, p.after) for p in req.sources],
+                    req.since, topics, entitled=self.entitled, limit=self.config.max_repair,
+                    until=self._until())
+            except ApexpsError as exc:
+                log.info("repair refused", link=link, originator=str(originator),
+                         code=int(exc.code), reason=str(exc))
+                self._send(self._link_reply(originator, link, req.trans_id, exc))
+                return
+            state = _Repair(link, req.trans_id, originator)
+            times = [e.appended_at for e in entries] + [e.appended_at for _, e in held]
+            reset = _RepairReset(req.trans_id, min([now_ms(), *times]))
+            chunks = [entries[i:i + REPAIR_CHUNK]
+                      for i in range(0, len(entries), REPAIR_CHUNK)] or [[]]
+            for n, chunk in enumerate(chunks):
+                if n:
+                    await asyncio.sleep(0)  # let other links flow between chunks
+                if not self._put_catch_up(state, chunk, topics, covered,
+                                          reset=reset if n == 0 else None,
+                                          last=n == len(chunks) - 1):
+                    break
+            log.info("repair answered", link=link, originator=str(originator),
+                     items=len(entries), held=len(held))
+        finally:
+            # Whatever forward() held goes on the link after what was put on it (in the old
+            # epoch if the repair was refused), less what the catch-up already carried.
+            if self._held.pop(link, None) is held:
+                items: list[LinkItem] = []
+                targets: list[tuple[str, JournalEntry | None]] = []
+                for who, entry in held:
+                    if entry.source_seq > covered.get(entry.source, 0):
+                        items.append(LinkItem.data(link, entry))
+                        targets.append((who, entry))
+                self._append(items, targets)
+
+    def _put_catch_up(self, state: _Repair, chunk: list[JournalEntry], topics: dict[str, str],
+                      covered: dict[str, int], *, reset: _RepairReset | None,
+                      last: bool) -> bool:
+        """Append one chunk of the catch-up, the first one behind the `reset`; False if the
+        link log refused it (then the subscriber has been told)."""
+        link, to = state.link, str(state.to)
+        items = [LinkItem.data(link, e) for e in chunk]
+        targets: list[tuple[str, JournalEntry | None]] = [(topics[e.topic], e) for e in chunk]
+        if reset is not None:
+            items.insert(0, LinkItem.reset(link))
+            targets.insert(0, (to, None))
+        slot = self._append(items, targets, repair=reset,
+                            then=functools.partial(self._repair_sent, state, last))
+        if slot is None:
+            if reset is None:
+                # The catch-up is cut short: a reset nobody asked for tells the subscriber.
+                self._append([LinkItem.reset(link)], [(to, None)])
+            self._send(self._link_reply(state.to, link, state.trans_id, JournalUnavailable(
+                "the link log refused the repair's records")))
+            return False
+        for e in chunk:
+            covered[e.source] = e.source_seq
+        return True
+
+    def _repair_sent(self, state: _Repair, last: bool, slot: _Pending) -> None:
+        """A batch of a repair was sent; after its last one, the linkreply."""
+        assert slot.outcomes is not None
+        for outcome in slot.outcomes:
+            if isinstance(outcome, JournalUnavailable) and state.failed is None:
+                state.failed = outcome
+        if not last:
+            return
+        if state.failed is not None:
+            self._send(self._link_reply(state.to, state.link, state.trans_id, state.failed))
+            return
+        final = slot.records[-1]  # the last catch-up item, or the reset if there was none
+        self._send(self._doc(state.to, LinkReply(250, state.link, state.trans_id, final.epoch,
+                                                 final.link_seq)))

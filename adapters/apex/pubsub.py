@@ -12,9 +12,9 @@ What arrives (draft-schwartz-apex-pubsub §4):
 
 What leaves: forwarding of journaled messages (`forward`, called with what the journal follower
 read back; with a link log, sequenced per subscriber link by `_sequenced.SequencedFanout`, which
-also serves gap requests, capability queries and heartbeats), cancel notices on expiry and
-topic deletion, forwarded requests to redistributors, and replies a redistributor sent us,
-passed on to whoever asked.
+also serves gap requests, source repairs, capability queries and heartbeats), cancel notices on
+expiry and topic deletion, forwarded requests to redistributors, and replies a redistributor
+sent us, passed on to whoever asked.
 
 Management runs in a worker thread (registry writes wait for Kafka) under one lock, so two
 requests never interleave their check-then-write steps.
@@ -94,8 +94,8 @@ class PubsubHandler:
                  send: Callable[[Data], None], links: LinkLog | None = None,
                  robust: RobustConfig | None = None) -> None:
         """`links`: the link log; with it, deliveries are sequenced (docs/robust-binding.md)
-        and gap requests, capability queries and heartbeats are served; without it, the
-        plain topic path."""
+        and gap requests, source repairs, capability queries and heartbeats are served;
+        without it, the plain topic path."""
         self.service, self.journal, self._send = service, journal, send
         self.links = links
         self.endpoint = Endpoint(SERVICE, service.domain)
@@ -257,14 +257,14 @@ class PubsubHandler:
         if isinstance(op, Subscribe):
             whom = str(op.subscriber)
             link = op.link or default_link_id(whom)
-            if self.links is not None:
+            claim = None
+            if self.links is not None and self.sequenced is not None:
                 self.links.check_owner(link, whom)  # 537 before anything is recorded
+                claim = functools.partial(self.sequenced.claim, link, whom)
             result = svc.subscribe(who, whom, op.topic, op.duration, op.trans_id,
-                                   link=op.link)
+                                   link=op.link, claim=claim)
             if isinstance(result, Forward):
                 return [self._forward(originator, op, result)]
-            if self.links is not None:
-                self.links.claim(link, whom)
             return [self._data(originator, Reply(250, op.trans_id))]
         if isinstance(op, Cancel):
             subject = op.subscriber or originator

@@ -151,26 +151,30 @@ class PubsubService:
 
     def subscribe(self, originator: str, subscriber: str, topic: str, duration_s: int,
                   trans_id: int | None = None, *, link: str | None = None,
-                  ) -> Subscription | Forward:
+                  claim: Callable[[], object] | None = None) -> Subscription | Forward:
         """§4.5 steps 1-5: 537, 553 (unknown topic), 553 (duration ≤ 0), forward to a
         redistributor of the subject's domain, else record the subscription. `link`: the link
-        its data travel on (docs/robust-binding.md §3; default: the subscriber endpoint); the
-        caller claims it in the link log."""
+        its data travel on (docs/robust-binding.md §3; default: the subscriber endpoint).
+        `claim`: runs once every check has passed and before anything is recorded — the caller
+        claims the link there, so that a claim that fails records nothing and no delivery can
+        reach the link before its owner's reset."""
         self._check(originator, "pubsub:subscribe", topic)
         self._existing(topic)
         if duration_s <= 0:
             raise InvalidParameter(f"duration must be positive, not {duration_s}")
         if duration_s > MAX_DURATION_S:
             raise InvalidParameter(f"duration exceeds {MAX_DURATION_S} seconds")
+        link_id = None if link is None else validate_link_id(link)
         via = self._redistributor(topic, subscriber)
         if via is not None:
             return Forward(via)
+        if claim is not None:
+            claim()
         now = self._clock()
         sub = Subscription(subscriber=subscriber, subscription_id=topic, topic=topic,
                            duration_s=duration_s, state=SubscriptionState.ACTIVE,
                            created_at=now, expires_at=now + duration_s * 1000,
-                           originator=originator, trans_id=trans_id,
-                           link_id=None if link is None else validate_link_id(link))
+                           originator=originator, trans_id=trans_id, link_id=link_id)
         self.core.subscriptions.put(sub)
         self.access.grant_subscriber(topic, subscriber)
         self._remember(sub)
@@ -261,6 +265,16 @@ class PubsubService:
                 return []
             return [(who, s.link_id or default_link_id(who)) for who, s in subs.items()
                     if s.expires_at is None or s.expires_at > now]
+
+    def link_topics(self, link: str, now: int | None = None) -> dict[str, str]:
+        """Topic -> subscriber of each subscription active now that travels on `link`: what a
+        source repair of the link resends (docs/robust-binding.md §5.2)."""
+        now = self._clock() if now is None else now
+        with self._lock:
+            return {topic: who for topic, subs in self._by_topic.items()
+                    for who, s in subs.items()
+                    if (s.link_id or default_link_id(who)) == link
+                    and (s.expires_at is None or s.expires_at > now)}
 
     def links_of_subscribers(self) -> dict[str, str]:
         """Every link an active subscription travels on -> its subscriber (for heartbeats)."""

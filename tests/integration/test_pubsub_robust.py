@@ -1,7 +1,8 @@
 """Robust delivery on the live pubsub path (docs/robust-binding.md): real Kafka, real BEEP over
 TCP. Every delivery carries its link's next seq; a range is refilled exactly (same content, link
 and source seqs), also after a broker kill -9; heartbeats advance idle links; bad gap requests
-get their code and change nothing."""
+get their code and change nothing; a subscribe either claims its link and records the
+subscription, or does neither. Source repair is in test_pubsub_repair.py."""
 
 from __future__ import annotations
 
@@ -13,7 +14,14 @@ import pytest
 
 from adapters.apex.pubsub_client import Delivered, Ended, LinkEvent, PubsubClient
 from adapters.app import BrokerApp
-from broker.errors import AccessDenied, ApexpsError, InvalidParameter, RebuildRefused
+from broker.errors import (
+    AccessDenied,
+    ApexpsError,
+    InvalidParameter,
+    JournalUnavailable,
+    RebuildRefused,
+    ServiceNotAvailable,
+)
 from broker.kafka_io import KafkaConfig
 from broker.robust.config import RobustConfig
 from tests.integration.broker_process import start_broker
@@ -183,6 +191,9 @@ async def _heartbeats(config: KafkaConfig) -> None:
         await fred.subscribe("q.idle", 600, link="fred-idle")
         await pub.publish("q.idle", b"only")
         events = fred.events()
+        begins = await _next(events)  # subscribing made the link: its epoch-0 reset (§2.2)
+        assert isinstance(begins, LinkEvent) and begins.stamp.kind == "reset"
+        assert (begins.stamp.epoch, begins.stamp.link_seq) == (0, 0)
         first = await _next(events)
         assert isinstance(first, Delivered) and first.stamp is not None
         assert first.stamp.link_seq == 1
@@ -258,3 +269,31 @@ async def _after_kill(config: KafkaConfig) -> None:
 
 def test_range_refills_exactly_after_broker_kill_9(kafka_config: KafkaConfig) -> None:
     asyncio.run(_after_kill(kafka_config))
+
+
+async def _claim_fails(config: KafkaConfig) -> None:
+    async with BrokerApp(config, robust=QUIET) as app:
+        pub = await PubsubClient.connect("127.0.0.1", app.port, "pub@example.com")
+        fred = await PubsubClient.connect("127.0.0.1", app.port, "fred@example.com")
+        await pub.create_topic("q.claim")
+
+        def kafka_down(link: str, owner: str) -> None:
+            raise JournalUnavailable("kafka did not take the link's reset")
+
+        real, app.core.links.claim = app.core.links.claim, kafka_down  # type: ignore[method-assign]
+        with pytest.raises(ServiceNotAvailable):
+            await fred.subscribe("q.claim", 600, link="fred-claim")
+        # all or nothing: no subscription, no rights, no link
+        assert app.service.recipient_links("q.claim") == []
+        assert not [s for s in app.core.subscriptions if s.topic == "q.claim"]
+        assert app.core.links.head("fred-claim") is None
+        app.core.links.claim = real  # type: ignore[method-assign]
+        await fred.subscribe("q.claim", 600, link="fred-claim")
+        head = app.core.links.last("fred-claim")
+        assert head is not None and (head.epoch, head.owner) == (0, "fred@example.com")
+        for c in (pub, fred):
+            await c.close()
+
+
+def test_a_subscribe_whose_link_claim_fails_records_nothing(kafka_config: KafkaConfig) -> None:
+    asyncio.run(_claim_fails(kafka_config))
