@@ -41,10 +41,11 @@ class BrokerApp:
                  security: dict[str, Any] | None = None,
                  robust: RobustConfig | None = None, sequenced: bool = True) -> None:
         """`sequenced=False` serves the plain topic path (no link seqs, gap fill or
-        heartbeats: what the robust benchmark compares against); `peers`: (domain, host, port) of relays to keep a link to (relay-relay mode);
-        `accept_peers`: domains whose relays may bind to us; `redistribute`: (topic, domain)
-        pairs this broker redistributes (draft §2.4); `security`: ApexServer's TLS and SASL
-        settings (tls, require_tls, sasl, require_auth)."""
+        heartbeats: what the robust benchmark compares against); `peers`: (domain, host, port)
+        of relays to keep a link to (relay-relay mode); `accept_peers`: domains whose relays
+        may bind to us; `redistribute`: (topic, domain) pairs this broker redistributes
+        (draft §2.4); `security`: ApexServer's TLS and SASL settings (tls, require_tls, sasl,
+        require_auth)."""
         self.security = dict(security or {})
         self.redistribute = list(redistribute or ())
         self.config, self.domain = config, domain.lower()
