@@ -20,15 +20,17 @@ from broker.core import BrokerCore, OpenReport
 from broker.holds import KafkaHolds
 from broker.kafka_io import KafkaConfig
 from broker.pubsub import JournalFollower, PubsubService
-from broker.records import AccessEffect, AccessEntry, now_ms
+from broker.records import AccessEffect, AccessEntry, AccessKind, now_ms
 from broker.robust.config import RobustConfig
 
-__all__ = ["DEFAULT_ACCESS_ID", "BrokerApp"]
+__all__ = ["DEFAULT_ACCESS_ID", "DEFAULT_TOKENS_ID", "BrokerApp"]
 
 log = structlog.get_logger(__name__)
 
 #: The entry a broker started without `--access` relies on: its own domain may do everything.
 DEFAULT_ACCESS_ID = "default:local-domain"
+#: Its permission-token counterpart: its own domain receives every token (broker/entitlements.py).
+DEFAULT_TOKENS_ID = "default:local-domain-tokens"
 
 
 class BrokerApp:
@@ -89,13 +91,18 @@ class BrokerApp:
         if self.access_file is not None:
             loaded = self.access.load_file(self.access_file, domain=self.domain)
             self.access.remove(DEFAULT_ACCESS_ID)
+            self.access.remove(DEFAULT_TOKENS_ID)
             log.info("access entries loaded", file=str(self.access_file), entries=loaded)
         elif not any(e.entry_id.startswith("file:") for e in self.access.entries()):
             self.access.put(AccessEntry(DEFAULT_ACCESS_ID, f"*@{self.domain}",
                                         ("pubsub:all", "core:data"), AccessEffect.ALLOW,
                                         now_ms()))
-            log.warning("no access file: every endpoint of the domain may do everything; "
-                        "pass --access FILE for a real policy", domain=self.domain)
+            self.access.put(AccessEntry(DEFAULT_TOKENS_ID, f"*@{self.domain}", ("*",),
+                                        AccessEffect.ALLOW, now_ms(),
+                                        kind=AccessKind.PERMTOKEN))
+            log.warning("no access file: every endpoint of the domain may do everything and "
+                        "receives every permission token; pass --access FILE for a real "
+                        "policy", domain=self.domain)
 
     def _prepare_redistribution(self, topic: str, origin: str) -> None:
         """Our topic of that name, and the origin's rights on it: configuring redistribution

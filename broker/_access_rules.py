@@ -12,9 +12,10 @@ from functools import lru_cache
 
 import structlog
 
+from broker._token_sets import parse_token_items
 from broker.errors import InvalidParameter
 from broker.names import validate_topic
-from broker.records import AccessEffect, AccessEntry
+from broker.records import AccessEffect, AccessEntry, AccessKind
 
 __all__ = [
     "MAX_FIELD_LENGTH",
@@ -222,13 +223,19 @@ def validate_entry(entry: AccessEntry) -> AccessEntry:
         raise InvalidParameter(f"entry id {entry.entry_id!r} must be 1 to {MAX_FIELD_LENGTH} "
                                "characters without control characters")
     parse_originator(entry.originator)
-    if not entry.tokens:
+    if entry.kind is AccessKind.PERMTOKEN:
+        # permission tokens (broker/entitlements.py): a token set, not RFC 3341 tokens
+        parse_token_items(entry.tokens)
+    elif entry.kind is not AccessKind.ACCESS:
+        raise InvalidParameter(f"entry {entry.entry_id!r}: kind must be access or permtoken")
+    elif not entry.tokens:
         raise InvalidParameter(f"entry {entry.entry_id!r} names no tokens; give at least one "
                                f"of {', '.join(_known_tokens())}")
-    for token in entry.tokens:
-        if token not in TOKENS and token not in SHORTHANDS:
-            raise InvalidParameter(f"unknown access token {token!r}; known tokens: "
-                                   f"{', '.join(_known_tokens())}")
+    else:
+        for token in entry.tokens:
+            if token not in TOKENS and token not in SHORTHANDS:
+                raise InvalidParameter(f"unknown access token {token!r}; known tokens: "
+                                       f"{', '.join(_known_tokens())}")
     if entry.topic is not None:
         _validate_scope(entry.topic)
     if entry.effect not in (AccessEffect.ALLOW, AccessEffect.DENY):
@@ -337,6 +344,10 @@ class AccessIndex:
     def replace(self, entry_id: str, entry: AccessEntry | None) -> None:
         """Make `entry` (None: nothing) the entry under `entry_id`. Not for concurrent
         writers; concurrent readers are fine."""
+        if entry is not None and entry.kind is not AccessKind.ACCESS:
+            # A permission-token entry (broker/entitlements.py) decides nothing here: its
+            # items are opaque names, and one spelt `all:all` must never grant access.
+            entry = None
         old = self._rules.get(entry_id)
         if old is not None and old.entry == entry:
             return

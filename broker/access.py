@@ -48,6 +48,11 @@ Entry ids carry their origin, and each origin manages only its own:
 * `subscriber:<topic>:<endpoint>` -- the grants above;
 * `cli:<id>` -- made with `apexps access allow|deny`.
 
+Permission tokens (XEP-0040 §5.1; `broker/entitlements.py` has the semantics and the token
+set grammar) are entries of kind `permtoken` beside these: grants and denies of in-band tokens
+to subscribers, decided by `token_allowed` (a deny wins; nothing is granted by default). They
+share the ids, the store, the following and the cache invalidation described below.
+
 Configuration file (`load_file`), parsed with the hardened parser::
 
     <access domain='example.com'>
@@ -56,12 +61,18 @@ Configuration file (`load_file`), parsed with the hardened parser::
              topic='music.jazz.milesdavis' />
       <deny id='slate' originator='mr.slate@example.com' tokens='core:data'
             topic='music.jazz.milesdavis' />
+      <grant-token id='desks' subscriber='*@example.com' tokens='6000-6999, 7*' />
+      <deny-token id='jade-6747' subscriber='jade@example.com' tokens='6747'
+                  topic='equity.*' />
     </access>
 
 `domain` is optional; when both it and the broker's domain are given they must agree, so a file
-written for another domain is refused. `id`, `originator` and `tokens` (space-separated) are
-required, `topic` is optional (a topic name or `prefix.*`). Any other element or attribute is
-an error: a misspelt `topic` must not silently widen an entry to every topic.
+written for another domain is refused. For `allow` and `deny`, `id`, `originator` and `tokens`
+(space-separated access tokens) are required; for `grant-token` and `deny-token`, `id`,
+`subscriber` (an actor pattern) and `tokens` (a comma-separated token set) are. `topic` is
+optional everywhere (a topic name or `prefix.*`). Ids are unique across all four elements. Any
+other element or attribute is an error: a misspelt `topic` must not silently widen an entry to
+every topic.
 
 Durability and other processes: entries live in the compacted access topic through
 `broker.registry.Registry`; `put`, `remove` and `load_file` return once Kafka has them. The CLI
@@ -103,10 +114,11 @@ from broker._access_rules import (
     validate_entry,
 )
 from broker.codec import Codec, default_codec
+from broker.entitlements import EntitlementIndex, parse_token_set
 from broker.errors import AccessDenied, ApexpsError, ConfigError, InvalidParameter
 from broker.kafka_io import KafkaConfig, KafkaProducer
 from broker.names import validate_topic
-from broker.records import AccessEffect, AccessEntry, now_ms
+from broker.records import AccessEffect, AccessEntry, AccessKind, now_ms
 from broker.registry import Registry
 from broker.xml_safe import UnsafeXml, parse_hardened
 
@@ -196,6 +208,8 @@ class AccessControl:
         self._cache_size = cache_size
         self._index = AccessIndex()
         self._cache: dict[_CacheKey, bool] = {}
+        self._tokens = EntitlementIndex()
+        self._token_cache: dict[_CacheKey, bool] = {}
         # load_file reads, diffs and writes the registry; two at once would interleave.
         self._load_lock = threading.Lock()
         self._stop = threading.Event()
@@ -207,7 +221,9 @@ class AccessControl:
         # The index changes first and the cache is swapped after: a decision that raced the
         # change lands in the discarded cache, never in the fresh one.
         self._index.replace(entry_id, entry)
+        self._tokens.replace(entry_id, entry)
         self._cache = {}
+        self._token_cache = {}
 
     # decisions
 
@@ -236,6 +252,24 @@ class AccessControl:
         """The entry that decides (a deny, else an allow), or None when nothing applies."""
         rule = self._index.decide(originator, token, topic)
         return None if rule is None else rule.entry
+
+    def token_allowed(self, subscriber: str, token: str, topic: str | None = None) -> bool:
+        """May `subscriber` receive a message carrying the permission token `token` (on
+        `topic`)? A grant must cover it and no deny may (broker/entitlements.py)."""
+        cache = self._token_cache
+        key = (subscriber, token, topic)
+        hit = cache.get(key)
+        if hit is None:
+            hit = self._tokens.allowed(subscriber, token, topic)
+            if len(cache) >= self._cache_size:
+                cache.clear()
+            cache[key] = hit
+        return hit
+
+    def explain_token(self, subscriber: str, token: str,
+                      topic: str | None = None) -> AccessEntry | None:
+        """The permission-token entry that decides (a deny, else a grant), or None."""
+        return self._tokens.decide(subscriber, token, topic)
 
     # entries
 
@@ -353,6 +387,14 @@ def _same(a: AccessEntry, b: AccessEntry) -> bool:
 # --- the configuration file ---------------------------------------------------------------
 
 _ENTRY_ATTRS = frozenset({"id", "originator", "tokens", "topic"})
+_TOKEN_ATTRS = frozenset({"id", "subscriber", "tokens", "topic"})
+#: element -> (effect, kind, attribute naming who)
+_ELEMENTS = {
+    "allow": (AccessEffect.ALLOW, AccessKind.ACCESS, "originator"),
+    "deny": (AccessEffect.DENY, AccessKind.ACCESS, "originator"),
+    "grant-token": (AccessEffect.ALLOW, AccessKind.PERMTOKEN, "subscriber"),
+    "deny-token": (AccessEffect.DENY, AccessKind.PERMTOKEN, "subscriber"),
+}
 
 
 def parse_config(data: bytes, *, name: str = "access file",
@@ -385,17 +427,23 @@ def parse_config(data: bytes, *, name: str = "access file",
 
 def _config_entry(elem: etree._Element, name: str, created: int) -> AccessEntry:
     where = f"{name} line {elem.sourceline}"
-    if elem.tag not in ("allow", "deny"):
-        raise ConfigError(f"{where}: expected <allow> or <deny>, found <{elem.tag}>")
-    _no_extras(elem, _ENTRY_ATTRS, name)
-    missing = [a for a in ("id", "originator", "tokens") if not elem.get(a)]
+    shape = _ELEMENTS.get(str(elem.tag))
+    if shape is None:
+        raise ConfigError(f"{where}: expected <allow> or <deny>, or <grant-token> or "
+                          f"<deny-token> for permission tokens, found <{elem.tag}>")
+    effect, kind, who = shape
+    _no_extras(elem, _ENTRY_ATTRS if kind is AccessKind.ACCESS else _TOKEN_ATTRS, name)
+    missing = [a for a in ("id", who, "tokens") if not elem.get(a)]
     if missing:
         raise ConfigError(f"{where}: <{elem.tag}> needs {' and '.join(missing)}")
+    text = str(elem.get("tokens"))
     try:
+        tokens = (tuple(text.split()) if kind is AccessKind.ACCESS
+                  else parse_token_set(text).items)
         return validate_entry(AccessEntry(
-            entry_id=FILE_PREFIX + str(elem.get("id")), originator=str(elem.get("originator")),
-            tokens=tuple(str(elem.get("tokens")).split()), effect=AccessEffect(elem.tag),
-            created_at=created, topic=elem.get("topic")))
+            entry_id=FILE_PREFIX + str(elem.get("id")), originator=str(elem.get(who)),
+            tokens=tokens, effect=effect, created_at=created, topic=elem.get("topic"),
+            kind=kind))
     except InvalidParameter as exc:
         raise ConfigError(f"{where}: {exc}") from None
 

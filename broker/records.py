@@ -14,6 +14,7 @@ from broker.kafka_io import Position
 __all__ = [
     "AccessEffect",
     "AccessEntry",
+    "AccessKind",
     "JournalEntry",
     "Publication",
     "PublishType",
@@ -54,6 +55,16 @@ class SubscriptionState(StrEnum):
 class AccessEffect(StrEnum):
     ALLOW = "allow"
     DENY = "deny"
+
+
+class AccessKind(StrEnum):
+    """What an access entry's tokens are (access_entry v2; v1 records are all ACCESS)."""
+
+    #: RFC 3341 access tokens (`pubsub:subscribe`, `core:data` …): who may use the service
+    ACCESS = "access"
+    #: XEP-0040 §5.1 permission tokens: which tokened messages a subscriber receives
+    #: (broker/entitlements.py); the effect reads "grant" or "deny"
+    PERMTOKEN = "permtoken"
 
 
 def now_ms() -> int:
@@ -233,6 +244,7 @@ class AccessEntry:
     effect: AccessEffect
     created_at: int
     topic: str | None = None
+    kind: AccessKind = AccessKind.ACCESS
 
     @property
     def key(self) -> str:
@@ -242,9 +254,11 @@ class AccessEntry:
         d = {f: getattr(self, f) for f in self.__slots__}
         d["tokens"] = list(self.tokens)
         d["effect"] = AccessEffect(self.effect).value
+        d["kind"] = AccessKind(self.kind).value
         return d
 
     @classmethod
     def from_avro(cls, rec: Mapping[str, Any]) -> AccessEntry:
         return cls(**{**rec, "tokens": tuple(rec["tokens"]), "effect": AccessEffect(rec["effect"]),
-                      "created_at": to_ms(rec["created_at"])})
+                      "created_at": to_ms(rec["created_at"]),
+                      "kind": AccessKind(rec.get("kind", AccessKind.ACCESS))})

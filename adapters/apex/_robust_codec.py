@@ -6,9 +6,9 @@ Three kinds of thing travel:
   `find_publish_meta`): publish type, message-id, permission token, publisher seq;
 - the sequence stamp, an APEX option `apexps.seq` in each recipient element of delivered data,
   holding one `<seq … />` (`Stamp`; `stamp_option`, `find_stamp`, `decode_stamp`);
-- documents carried as data content: `heartbeat` and `linkreset` (what heartbeat and reset data
-  hold), `gap`, `repair` and `capabilityquery` (sent to `apex=pubsub@D`), `linkreply` and
-  `capabilities` (its answers) — `decode_robust`, `encode_robust`.
+- documents carried as data content: `heartbeat`, `linkreset` and `withheld` (what heartbeat,
+  reset and withheld data hold), `gap`, `repair` and `capabilityquery` (sent to
+  `apex=pubsub@D`), `linkreply` and `capabilities` (its answers) — `decode_robust`, `encode_robust`.
 
 Parsed with the one hardened parser (`broker.xml_safe`), as `_pubsub_codec` does: XML that does
 not parse or is hostile is 500; XML that does not fit the DTD (unknown element or attribute,
@@ -67,6 +67,7 @@ __all__ = [
     "SourcePosition",
     "Stamp",
     "StampKind",
+    "Withheld",
     "data_stamp_xml",
     "decode_robust",
     "decode_stamp",
@@ -118,6 +119,9 @@ class StampKind(StrEnum):
     HEARTBEAT = "heartbeat"
     #: link seq 0: a new epoch of the link begins
     RESET = "reset"
+    #: a gap fill's stand-in for a message the subscriber is no longer entitled to (its
+    #: permission token was denied since): the seq is consumed, nothing is delivered
+    WITHHELD = "withheld"
 
 
 def _bad(what: str) -> ParameterSyntaxError:
@@ -239,6 +243,11 @@ class LinkReset:
     def __post_init__(self) -> None:
         if self.reason is not None:
             _check_text(self.reason, "a reset reason", MAX_TEXT_LEN)
+
+
+@dataclass(frozen=True, slots=True)
+class Withheld:
+    """Content of a withheld data (§2.4): says nothing of the message it stands for."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,12 +393,12 @@ class LinkReply:
                    str(exc)[:MAX_TEXT_LEN])
 
 
-RobustDocument = (Heartbeat | LinkReset | GapRequest | RepairRequest | CapabilityQuery
-                  | Capabilities | LinkReply)
+RobustDocument = (Heartbeat | LinkReset | Withheld | GapRequest | RepairRequest
+                  | CapabilityQuery | Capabilities | LinkReply)
 
 #: Root elements `decode_robust` reads: a service can dispatch on a document's root tag.
-ROBUST_ELEMENTS = frozenset({"heartbeat", "linkreset", "gap", "repair", "capabilityquery",
-                             "capabilities", "linkreply"})
+ROBUST_ELEMENTS = frozenset({"heartbeat", "linkreset", "withheld", "gap", "repair",
+                             "capabilityquery", "capabilities", "linkreply"})
 
 
 # --- decoding -------------------------------------------------------------------------------
@@ -453,7 +462,7 @@ def _stamp(root: etree._Element) -> Stamp:
     try:
         kind = StampKind(a.get("kind", "data"))
     except ValueError:
-        raise _bad("a stamp's kind is data, heartbeat or reset") from None
+        raise _bad("a stamp's kind is data, heartbeat, reset or withheld") from None
     ptype = None
     if "type" in a:
         try:
@@ -545,6 +554,10 @@ def _document(root: etree._Element) -> RobustDocument:
         _empty(root)
         a = _attrs(root, {"reason"}, set())
         return LinkReset(a.get("reason"))
+    if tag == "withheld":
+        _empty(root)
+        _attrs(root, set(), set())
+        return Withheld()
     if tag == "gap":
         _empty(root)
         a = _attrs(root, {"link", "epoch", "linkfrom", "linkto", "transID"},
@@ -705,6 +718,8 @@ def encode_robust(doc: RobustDocument) -> bytes:
         text = f"<heartbeat interval='{doc.interval_ms}' />"
     elif isinstance(doc, LinkReset):
         text = f"<linkreset{_a('reason', doc.reason)} />"
+    elif isinstance(doc, Withheld):
+        text = "<withheld />"
     elif isinstance(doc, GapRequest):
         text = (f"<gap link='{_esc(doc.link)}'{_a('epoch', doc.epoch)}"
                 f" linkfrom='{doc.link_from}'{_a('linkto', doc.link_to)}"

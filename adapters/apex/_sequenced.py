@@ -10,7 +10,10 @@ were assigned: a link's seqs leave in order. A record that failed is not sent; t
 then begins a new epoch on that link (a reset), which is what tells the subscriber.
 
 Gap fill reads Kafka (the links topic, then the journal) in a worker thread; live data keep
-flowing on the event loop meanwhile, so refill items interleave with live ones.
+flowing on the event loop meanwhile, so refill items interleave with live ones. Entitlement
+(permission tokens, broker/entitlements.py) is asked again for every refilled message: one the
+subscriber may no longer see is sent as a `withheld` stamp without content (§2.4), so its link
+stays contiguous and nothing leaks.
 
 Source repair (§5.2) starts a new epoch on the link: a reset stamped with the request's transID,
 the catch-up (`broker.robust.repair`), then live data, with no gap and no duplicate between
@@ -61,6 +64,7 @@ from ._robust_codec import (
     RobustDocument,
     Stamp,
     StampKind,
+    Withheld,
     data_stamp_xml,
     encode_robust,
     stamp_option,
@@ -185,11 +189,11 @@ class SequencedFanout:
     # --- live fan-out -------------------------------------------------------------------
 
     def entitled(self, entry: JournalEntry, subscriber: str) -> bool:
-        """The permission-token filter hook (issue 6 item 7): it runs before a link seq is
-        assigned, so a link never carries a seq for a message its subscriber may not see.
-        A source repair's catch-up calls it too, from a worker thread: it must be thread-safe.
-        Everything is delivered until permission tokens land."""
-        return True
+        """The permission-token filter (XEP-0040 §5.1, `PubsubService.entitled`): it runs
+        before a link seq is assigned, so a link never carries a seq for a message its
+        subscriber was not entitled to; a gap fill asks again. A source repair's catch-up calls
+        it from a worker thread: the access cache behind it is thread-safe."""
+        return self.service.entitled(entry, subscriber)
 
     def forward(self, entries: list[JournalEntry]) -> None:
         """Sequence `entries` onto their subscribers' links (event loop); sent once durable."""
@@ -343,7 +347,7 @@ class SequencedFanout:
             max_repair=c.max_repair,
             journal_retention_ms=self.journal.config.journal_retention_ms,
             selector_classes=(),  # subscribe takes no selector yet
-            permissions="none",  # permission tokens are not enforced yet
+            permissions="tokens",  # in-band permission tokens, grant and deny
             trans_id=trans_id)
 
     async def _gap(self, originator: Endpoint, req: GapRequest) -> list[Data]:
@@ -363,9 +367,13 @@ class SequencedFanout:
                      code=reply.code, reason=str(exc))
             return [self._doc(originator, reply)]
         out: list[Data] = []
+        withheld = 0
         for record, entry in found:
             if entry is None:
                 out.append(self._link_data(originator, record, refilled=True))
+            elif not self.entitled(entry, str(originator)):
+                withheld += 1
+                out.append(self._withheld(originator, record))
             else:
                 out.append(Data(Endpoint(SERVICE, self.service.domain, entry.topic),
                                 (originator,), entry.content, entry.content_type,
@@ -376,8 +384,17 @@ class SequencedFanout:
         last = found[-1][0].link_seq if found else (None if head is None else head.link_seq)
         out.append(self._doc(originator, LinkReply(
             250, req.link, req.trans_id, None if head is None else head.epoch, last)))
-        log.info("gap filled", link=req.link, originator=str(originator), items=len(found))
+        log.info("gap filled", link=req.link, originator=str(originator), items=len(found),
+                 withheld=withheld)
         return out
+
+    def _withheld(self, to: Endpoint, record: LinkRecord) -> Data:
+        """§2.4: the seq `record` holds, refilled without its message: no content, no source
+        attributes, no time (the journal time would say when the message was published)."""
+        stamp = Stamp(record.link, record.link_seq, StampKind.WITHHELD, record.epoch,
+                      refill=True)
+        return Data(self.endpoint, (to,), encode_robust(Withheld()), BEEP_XML,
+                    recipient_options=((stamp_option(stamp),),), content_ref="#Content")
 
     # --- source repair (§5.2) -----------------------------------------------------------
 

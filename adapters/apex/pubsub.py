@@ -321,7 +321,8 @@ class PubsubHandler:
             self.sequenced.forward(entries)
             return
         for entry in entries:
-            recipients = self.service.recipients(entry.topic)
+            recipients = [r for r in self.service.recipients(entry.topic)
+                          if self.service.entitled(entry, r)]  # permission tokens
             if not recipients:
                 continue
             hops = int(entry.options.get("dataHopping", DEFAULT_HOPS))

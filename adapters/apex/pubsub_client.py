@@ -82,7 +82,8 @@ class Delivered:
 
 @dataclass(frozen=True, slots=True)
 class LinkEvent:
-    """A heartbeat or reset on one of our links (only with `link_events=True`)."""
+    """A heartbeat, reset or withheld seq on one of our links (only with
+    `link_events=True`)."""
 
     stamp: Stamp
     document: RobustDocument

@@ -204,6 +204,8 @@ class StubCounters:
     resets: int = 0
     repairs: int = 0
     lost: int = 0
+    #: link seqs a gap fill sent as `withheld` (no longer entitled): consumed, not delivered
+    withheld: int = 0
 
 
 # --- positions ------------------------------------------------------------------------------
@@ -558,6 +560,8 @@ class SubscriberStub:
         if stamp.time is not None:
             self._time = stamp.time
         if stamp.kind is not StampKind.DATA:
+            if stamp.kind is StampKind.WITHHELD:
+                self.counters.withheld += 1
             return
         assert stamp.source is not None and stamp.source_seq is not None
         if stamp.source_seq <= self._sources.get(stamp.source, 0):

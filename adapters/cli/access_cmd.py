@@ -1,5 +1,6 @@
-"""`apexps access list|allow|deny|remove|load|check`: the access entries of the apex=pubsub
-service, managed in Kafka while brokers run.
+"""`apexps access list|allow|deny|grant-token|deny-token|remove|load|check|check-token`: the
+access entries of the apex=pubsub service and its permission-token grants and denies, managed
+in Kafka while brokers run.
 
 The commands read and write the compacted access topic (`NAMESPACE.access`) directly. A running
 broker follows that topic and applies changes within about a second; nothing needs restarting.
@@ -10,8 +11,14 @@ the whole story, the file format included).
 Kafka: `--bootstrap HOST:PORT` names any cluster; without it, the local Kafka that `apexps up`
 or `apexps kafka start` runs from `--data-dir` is used. `--namespace` must match the broker's.
 
-Exit codes: 0 done (check: allowed), 1 refused or not found (check: denied), 2 bad input
-(an invalid pattern, token, topic or file), 3 Kafka unreachable.
+Permission tokens (XEP-0040 §5.1): `grant-token SUBSCRIBER TOKENS` and `deny-token` decide
+which messages carrying an in-band token each subscriber receives; a deny wins, nothing is
+granted by default. TOKENS is a comma list of exact tokens, PREFIX* and LOW-HIGH ranges
+(`6747,6000-6999,fx.*`; broker/entitlements.py has the grammar).
+
+Exit codes: 0 done (check: allowed, check-token: delivered), 1 refused or not found (check:
+denied, check-token: withheld), 2 bad input (an invalid pattern, token, token set, topic or
+file), 3 Kafka unreachable.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from broker.access import (
     access_registry,
 )
 from broker.core import BrokerCore
+from broker.entitlements import parse_token_set
 from broker.errors import (
     ApexpsError,
     ConfigError,
@@ -43,7 +51,7 @@ from broker.errors import (
     NotTaken,
 )
 from broker.kafka_io import KafkaConfig, KafkaProducer, ensure_topics, partition_count
-from broker.records import AccessEffect, AccessEntry, now_ms
+from broker.records import AccessEffect, AccessEntry, AccessKind, now_ms
 
 __all__ = ["register"]
 
@@ -101,13 +109,25 @@ def _control(args: argparse.Namespace, *, create: bool) -> Iterator[AccessContro
 
 
 def _row(e: AccessEntry) -> dict[str, Any]:
-    return {"id": e.entry_id, "effect": str(e.effect), "originator": e.originator,
-            "tokens": list(e.tokens), "topic": e.topic, "created_at": e.created_at}
+    return {"id": e.entry_id, "kind": str(e.kind), "effect": str(e.effect),
+            "originator": e.originator, "tokens": list(e.tokens), "topic": e.topic,
+            "created_at": e.created_at}
+
+
+def _effect(e: AccessEntry) -> str:
+    """What the entry does, as the command that makes it is named."""
+    if e.kind is AccessKind.PERMTOKEN:
+        return "grant-token" if e.effect is AccessEffect.ALLOW else "deny-token"
+    return str(e.effect)
+
+
+def _tokens(e: AccessEntry) -> str:
+    return ",".join(e.tokens) if e.kind is AccessKind.PERMTOKEN else " ".join(e.tokens)
 
 
 def _describe(e: AccessEntry) -> str:
     where = f" on {e.topic}" if e.topic is not None else ""
-    return f"{e.effect} {e.entry_id}: {e.originator} {' '.join(e.tokens)}{where}"
+    return f"{_effect(e)} {e.entry_id}: {e.originator} {_tokens(e)}{where}"
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -120,7 +140,7 @@ def _list(args: argparse.Namespace) -> int:
         print("no access entries: every request is denied")
         return EXIT_OK
     rows = [("ID", "EFFECT", "ORIGINATOR", "TOKENS", "TOPIC")] + [
-        (e.entry_id, str(e.effect), e.originator, " ".join(e.tokens), e.topic or "*")
+        (e.entry_id, _effect(e), e.originator, _tokens(e), e.topic or "*")
         for e in entries]
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows:
@@ -146,6 +166,19 @@ def _put(args: argparse.Namespace, effect: AccessEffect) -> int:
         entry = AccessEntry(entry_id=_entry_id(args.id), originator=args.originator,
                             tokens=tuple(args.tokens), effect=effect, created_at=now_ms(),
                             topic=args.topic)
+        with _control(args, create=True) as control:
+            stored = control.put(entry)
+    except InvalidParameter as exc:
+        return _fail(exc, EXIT_USAGE)
+    print(_describe(stored))
+    return EXIT_OK
+
+
+def _put_tokens(args: argparse.Namespace, effect: AccessEffect) -> int:
+    try:
+        entry = AccessEntry(entry_id=_entry_id(args.id), originator=args.subscriber,
+                            tokens=parse_token_set(args.tokens).items, effect=effect,
+                            created_at=now_ms(), topic=args.topic, kind=AccessKind.PERMTOKEN)
         with _control(args, create=True) as control:
             stored = control.put(entry)
     except InvalidParameter as exc:
@@ -187,6 +220,15 @@ def _check(args: argparse.Namespace) -> int:
         return _fail(exc, EXIT_USAGE)
     reason = f"by {_describe(why)}" if why is not None else "no entry allows it"
     print(f"{'allowed' if allowed else 'denied'} ({reason})")
+    return EXIT_OK if allowed else EXIT_FAILED
+
+
+def _check_token(args: argparse.Namespace) -> int:
+    with _control(args, create=False) as control:
+        allowed = control.token_allowed(args.subscriber, args.token, args.topic)
+        why = control.explain_token(args.subscriber, args.token, args.topic)
+    reason = f"by {_describe(why)}" if why is not None else "no entry grants it"
+    print(f"{'delivered' if allowed else 'withheld'} ({reason})")
     return EXIT_OK if allowed else EXIT_FAILED
 
 
@@ -237,6 +279,34 @@ def register(sub: Any) -> None:
         sp.set_defaults(func=lambda a, e=effect: _put(a, e))
         parsers.append(sp)
 
+    for effect, name, text in (
+            (AccessEffect.ALLOW, "grant-token",
+             "let SUBSCRIBER receive messages carrying one of TOKENS"),
+            (AccessEffect.DENY, "deny-token",
+             "keep messages carrying one of TOKENS from SUBSCRIBER, whatever grants them")):
+        sp = asub.add_parser(
+            name, help=text,
+            description=f"{text[0].upper()}{text[1:]} (XEP-0040 permission tokens). A deny "
+                        "wins over every grant; a tokened message reaches a subscriber only "
+                        "if a grant covers it; messages without a token are not affected. "
+                        "Prints the stored entry.",
+            epilog=f"example: apexps access {name} jade@example.com 6747,6000-6999,fx.* "
+                   "--topic equity.*")
+        sp.add_argument("subscriber", metavar="SUBSCRIBER",
+                        help="whom: an endpoint, NAME/*, *@DOMAIN, *@*.DOMAIN, apex=*@DOMAIN "
+                             "or * (everyone)")
+        sp.add_argument("tokens", metavar="TOKENS",
+                        help="a token set: comma-separated exact tokens, PREFIX* wildcards, "
+                             "LOW-HIGH numeric ranges, or * (every token)")
+        sp.add_argument("--topic", metavar="TOPIC",
+                        help="limit the entry to one topic, or NAME.* for a family "
+                             "(default: every topic)")
+        sp.add_argument("--id", metavar="ID",
+                        help="the entry's id, stored as cli:ID; the same id again replaces "
+                             "the entry (default: a fresh random id)")
+        sp.set_defaults(func=lambda a, e=effect: _put_tokens(a, e))
+        parsers.append(sp)
+
     rm = asub.add_parser("remove", help="delete an access entry by id",
                          description="Delete the entry with this id (ID alone also finds "
                                      "cli:ID). Exit 1 if there is none.")
@@ -246,11 +316,13 @@ def register(sub: Any) -> None:
 
     ld = asub.add_parser(
         "load", help="replace the file: entries with those of an XML file",
-        description="Replace every file: entry with the <allow>/<deny> entries of FILE; "
+        description="Replace every file: entry with the <allow>/<deny>/<grant-token>/"
+                    "<deny-token> entries of FILE; "
                     "cli: and subscriber: entries stay. A bad file changes nothing and exits "
                     "2 naming the line.",
         epilog="format: <access domain='example.com'><allow id='locals' "
-               "originator='*@example.com' tokens='pubsub:all core:data'/>…</access>")
+               "originator='*@example.com' tokens='pubsub:all core:data'/><grant-token "
+               "id='desks' subscriber='*@example.com' tokens='6000-6999,7*'/>…</access>")
     ld.add_argument("file", metavar="FILE", type=Path)
     ld.add_argument("--domain", help="refuse FILE if its domain attribute names another one")
     ld.set_defaults(func=_load)
@@ -264,6 +336,16 @@ def register(sub: Any) -> None:
     ck.add_argument("--topic", metavar="TOPIC", help="the topic the operation is about")
     ck.set_defaults(func=_check)
     parsers.append(ck)
+
+    ct = asub.add_parser(
+        "check-token",
+        help="say whether SUBSCRIBER receives messages carrying TOKEN (exit 0 yes, 1 no)",
+        description="Decide as the broker's fan-out would and name the entry that decides.")
+    ct.add_argument("subscriber", metavar="SUBSCRIBER", help="an endpoint, e.g. jade@example.com")
+    ct.add_argument("token", metavar="TOKEN", help="a permission token, e.g. 6747")
+    ct.add_argument("--topic", metavar="TOPIC", help="the topic the message is published to")
+    ct.set_defaults(func=_check_token)
+    parsers.append(ct)
 
     for sp in parsers:
         _kafka_options(sp)

@@ -36,7 +36,15 @@ import structlog
 from broker.core import BrokerCore
 from broker.errors import AccessDenied, InvalidParameter, NotTaken
 from broker.names import validate_topic
-from broker.records import Publication, PublishType, Subscription, SubscriptionState, Topic, now_ms
+from broker.records import (
+    JournalEntry,
+    Publication,
+    PublishType,
+    Subscription,
+    SubscriptionState,
+    Topic,
+    now_ms,
+)
 from broker.robust.linkid import default_link_id, validate_link_id
 
 __all__ = [
@@ -57,6 +65,8 @@ class AccessPolicy(Protocol):
     """What the service needs of access control (broker.access.AccessControl provides it)."""
 
     def allowed(self, originator: str, token: str, topic: str | None = None) -> bool: ...
+
+    def token_allowed(self, subscriber: str, token: str, topic: str | None = None) -> bool: ...
 
     def grant_subscriber(self, topic: str, subscriber: str) -> object: ...
 
@@ -245,6 +255,13 @@ class PubsubService:
                            content_type=content_type, options=dict(options or {}),
                            publish_type=publish_type, message_id=message_id,
                            permission_token=permission_token, publisher_seq=publisher_seq)
+
+    def entitled(self, entry: JournalEntry, subscriber: str) -> bool:
+        """May `subscriber` receive `entry`? Only its permission token (XEP-0040 §5.1) can
+        withhold it: a grant must cover the token and no deny may (broker/entitlements.py);
+        a message without a token goes to every subscriber of its topic."""
+        token = entry.permission_token
+        return token is None or self.access.token_allowed(subscriber, token, entry.topic)
 
     def recipients(self, topic: str, now: int | None = None) -> list[str]:
         """Subscribers whose subscription to `topic` is active now (§4.7.1 step 2)."""

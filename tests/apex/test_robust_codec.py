@@ -29,6 +29,7 @@ from adapters.apex._robust_codec import (
     SourcePosition,
     Stamp,
     StampKind,
+    Withheld,
     data_stamp_xml,
     decode_robust,
     decode_stamp,
@@ -86,6 +87,19 @@ def test_heartbeat_and_reset_examples() -> None:
     assert reset == Stamp("desk-1", 0, StampKind.RESET, 3, time=1712345690000, repair=8)
     assert decode_robust(b"<heartbeat interval='5000' />") == Heartbeat(5000)
     assert decode_robust(b"<linkreset reason='source repair' />") == LinkReset("source repair")
+
+
+def test_withheld_stamp_and_content() -> None:
+    """§2.4: a withheld stamp takes a link seq and says nothing of the message; its content is
+    an empty <withheld />."""
+    xml = "<seq link='desk-1' epoch='2' linkseq='57375' kind='withheld' refill='true' />"
+    _valid(xml)
+    stamp = decode_stamp(_opt(xml))
+    assert stamp == Stamp("desk-1", 57375, StampKind.WITHHELD, 2, refill=True)
+    assert encode_stamp(stamp) == xml
+    _valid(b"<withheld />")
+    assert decode_robust(b"<withheld />") == Withheld()
+    assert encode_robust(Withheld()) == b"<withheld />"
 
 
 def test_request_examples() -> None:
@@ -170,7 +184,7 @@ def _stamps(draw: st.DrawFn) -> Stamp:
     time = draw(st.none() | _longs)
     if kind is StampKind.RESET:
         return Stamp(link, 0, kind, epoch, time=time, repair=draw(st.none() | _ids))
-    if kind is StampKind.HEARTBEAT:
+    if kind in (StampKind.HEARTBEAT, StampKind.WITHHELD):
         return Stamp(link, draw(_link_seqs), kind, epoch, time=time, refill=draw(st.booleans()))
     return Stamp(link, draw(_link_seqs), kind, epoch, draw(_sources),
                  draw(st.integers(1, 2**63 - 1)), draw(st.sampled_from(PublishType)),
@@ -181,6 +195,7 @@ def _stamps(draw: st.DrawFn) -> Stamp:
 _docs: st.SearchStrategy[RobustDocument] = st.one_of(
     st.builds(Heartbeat, st.integers(1, 2**63 - 1)),
     st.builds(LinkReset, st.none() | _names),
+    st.just(Withheld()),
     st.builds(GapRequest, _links, st.integers(0, MAX_LINK_SEQ), _ids,
               st.none() | st.integers(0, MAX_LINK_SEQ), st.none() | _longs),
     st.builds(RepairRequest, _links, _ids,
@@ -229,6 +244,11 @@ def test_document_round_trip(doc: RobustDocument) -> None:
     ("<seq link='L' linkseq='3' kind='heartbeat' repair='4' />", ParameterSyntaxError),
     ("<seq link='L' linkseq='0' kind='reset' refill='true' />", ParameterSyntaxError),
     ("<seq link='L' linkseq='3' kind='beat' />", ParameterSyntaxError),
+    ("<seq link='L' linkseq='0' kind='withheld' />", ParameterSyntaxError),
+    ("<seq link='L' linkseq='3' kind='withheld' source='a@b.c' />", ParameterSyntaxError),
+    ("<seq link='L' linkseq='3' kind='withheld' token='6747' />", ParameterSyntaxError),
+    ("<seq link='L' linkseq='3' kind='withheld' topic='t' />", ParameterSyntaxError),
+    ("<seq link='L' linkseq='3' kind='withheld' repair='1' />", ParameterSyntaxError),
     ("<seq link='L' linkseq='3' kind='heartbeat' refill='yes' />", ParameterSyntaxError),
     ("<seq link='L' linkseq='3' kind='heartbeat' colour='red' />", ParameterSyntaxError),
     ("<seq linkseq='3' kind='heartbeat' />", ParameterSyntaxError),
@@ -303,6 +323,8 @@ def test_foreign_or_doubled_stamp_options() -> None:
     (b"<linkreply code='250' />", ParameterSyntaxError),
     (b"<linkreply code='250' link='L'><b>no</b></linkreply>", ParameterSyntaxError),
     (b"<heartbeat interval='0' />", ParameterSyntaxError),
+    (b"<withheld token='6747' />", ParameterSyntaxError),
+    (b"<withheld>a</withheld>", ParameterSyntaxError),
     (b"<subscribe />", ParameterSyntaxError),
     (b"<gap", SyntaxError_),
     (b"<!DOCTYPE gap [<!ENTITY a 'b'>]><gap link='&a;' linkfrom='1' transID='1' />",

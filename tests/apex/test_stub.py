@@ -99,6 +99,18 @@ def test_a_heartbeat_alone_reveals_a_lost_message() -> None:
     assert stub.idle
 
 
+def test_a_withheld_refill_closes_its_hole_and_delivers_nothing() -> None:
+    """A seq refilled as withheld (the subscriber lost the right to it) is consumed like a
+    heartbeat: the hole closes, what waited behind it is delivered, nothing is asked again."""
+    stub = fresh()
+    stub.receive(data(1, 1), b"", 0.0)
+    assert stub.receive(data(3, 3), b"", 0.1) == [RequestGap(1, L, 0, 2, 2)]
+    out = stub.receive(Stamp(L, 2, StampKind.WITHHELD, 0, refill=True), b"<withheld />", 0.2)
+    assert delivered(out) == [(A, 3)] and len(only(out, Repaired)) == 1
+    assert stub.on_reply(LinkReply(250, L, 1), 0.3) == []
+    assert stub.idle and stub.counters.withheld == 1 and stub.counters.delivered == 2
+
+
 def test_crossing_the_16_bit_wrap() -> None:
     """65534, 65535, then 2 (1 lost): the gap is 1..1, and the refill restores order."""
     stub = SubscriberStub(L, 16, 1.0, positions=Positions(L, 16, 0, 65533, 5, {A: 10}))

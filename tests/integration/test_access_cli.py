@@ -142,3 +142,59 @@ def test_unknown_namespace_is_not_created_by_a_read(kafka_config: KafkaConfig) -
                             "--namespace", kafka_config.namespace],
                            capture_output=True, text=True, timeout=60)
     assert again.returncode == 1
+
+
+def test_permission_token_round_trip(core: BrokerCore, run: Run, tmp_path: Path) -> None:
+    """grant-token and deny-token store permtoken entries a following broker applies; list
+    shows them as such; check-token decides (exit 0 delivered, 1 withheld) naming the entry;
+    remove lifts a deny; the access file takes <grant-token>."""
+    control = AccessControl(core.access, refresh_interval_s=0.1)
+    arrived = threading.Event()
+    core.access.watch(lambda key, _: arrived.set() if key == "cli:no-6747" else None)
+    control.start_following()
+    try:
+        granted = run("grant-token", "*@example.com", "6000-6999, 7*", "--id", "desks")
+        assert granted.returncode == 0, granted.stderr
+        assert granted.stdout.strip() == "grant-token cli:desks: *@example.com 6000-6999,7*"
+        denied = run("deny-token", "jade@example.com", "6747", "--topic", "equity.*",
+                     "--id", "no-6747")
+        assert denied.returncode == 0, denied.stderr
+        assert arrived.wait(30)
+        assert control.token_allowed("fred@example.com", "6747", "equity.quote")
+        assert not control.token_allowed("jade@example.com", "6747", "equity.quote")
+        assert not control.allowed("jade@example.com", Token.DATA, "equity.quote")
+
+        rows = {r["id"]: r for r in json.loads(run("list", "--json").stdout)}
+        assert (rows["cli:desks"]["kind"], rows["cli:desks"]["effect"],
+                rows["cli:desks"]["tokens"]) == ("permtoken", "allow", ["6000-6999", "7*"])
+        assert (rows["cli:no-6747"]["effect"], rows["cli:no-6747"]["topic"]) == \
+            ("deny", "equity.*")
+        table = run("list").stdout
+        assert "grant-token" in table and "deny-token" in table
+
+        withheld = run("check-token", "jade@example.com", "6747", "--topic", "equity.quote")
+        assert (withheld.returncode, withheld.stdout.split()[0]) == (1, "withheld")
+        assert "cli:no-6747" in withheld.stdout
+        elsewhere = run("check-token", "jade@example.com", "6747", "--topic", "fx.eur")
+        assert (elsewhere.returncode, elsewhere.stdout.split()[0]) == (0, "delivered")
+        assert "cli:desks" in elsewhere.stdout
+
+        assert run("remove", "no-6747").returncode == 0
+        again = run("check-token", "jade@example.com", "6747", "--topic", "equity.quote")
+        assert again.returncode == 0
+
+        mark = _mark(core)
+        for bad in (("grant-token", "*@*", "6000-"), ("deny-token", "j*de@example.com", "1"),
+                    ("grant-token", "*@*", "6999-6000")):
+            refused = run(*bad)
+            assert refused.returncode == 2 and refused.stderr.startswith("apexps: error 553: ")
+        assert _mark(core) == mark
+
+        path = tmp_path / "tokens.xml"
+        path.write_text("<access>\n  <grant-token id='all' subscriber='*@*' tokens='*'/>\n"
+                        "</access>\n")
+        assert run("load", str(path)).returncode == 0
+        listed = {r["id"]: r for r in json.loads(run("list", "--json").stdout)}
+        assert listed["file:all"]["kind"] == "permtoken"
+    finally:
+        control.stop_following()
