@@ -25,7 +25,10 @@ APEXPS = [sys.executable, "-m", "adapters.cli.main", "--log-level", "warning"]
 @contextmanager
 def _broker(config: KafkaConfig) -> Iterator[tuple[subprocess.Popen[str], str]]:
     proc = subprocess.Popen([*APEXPS, "broker", "--bootstrap", config.bootstrap,
-                             "--namespace", config.namespace, "--listen", "127.0.0.1:0"],
+                             "--namespace", config.namespace, "--listen", "127.0.0.1:0",
+                             # `apexps listen` prints every data, heartbeats included; these
+                             # tests are about what survives a crash, not about idle links
+                             "--heartbeat-ms", "600000"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     try:
