@@ -418,9 +418,9 @@ class SubscriberStub:
         elif pending.kind == "resume":
             if ok:
                 self._mode = _Mode.LIVE
-                queued, self._queued = self._queued, []
-                for stamp, content in queued:
+                for stamp, content in self._in_link_order(self._queued):
                     self._take(out, stamp, content, now)
+                self._queued = []
             else:
                 self._lose_context(out, now, f"resume refused: {reply.code} {reply.text}".strip())
         elif self._mode is not _Mode.REPAIRING:
@@ -497,6 +497,22 @@ class SubscriberStub:
             out.append(RequestGap(request_id, self.link, self._epoch,
                                   self.space.next(self._seq), None))
         return out
+
+    def _in_link_order(self, queued: list[tuple[Stamp, bytes]]) -> list[tuple[Stamp, bytes]]:
+        """What arrived while resuming, the current epoch's seqs in link order first. Live data
+        overtake the refill they follow (the broker sends them as they come, the refill after
+        reading Kafka); taken in arrival order they would open a hole for seqs the queue holds,
+        and ask the broker to send those again. Stamps of other epochs keep their order, after
+        (an older one is stale; a newer one comes after every seq of this epoch on the link)."""
+        epoch, frontier = self._epoch, self._seq
+
+        def place(item: tuple[Stamp, bytes]) -> tuple[int, int]:
+            stamp = item[0]
+            if stamp.epoch == epoch and stamp.kind is not StampKind.RESET:
+                return 0, self.space.distance(frontier, stamp.link_seq)
+            return 1, 0
+
+        return sorted(queued, key=place)
 
     # --- the link, in order -----------------------------------------------------------------
 
