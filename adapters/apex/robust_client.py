@@ -437,4 +437,8 @@ class RobustSubscriber:
             log.error("positions not saved", link=self.link, path=str(state.path),
                       error=str(exc))
             return
+        except RuntimeError as exc:  # the loop is shutting down and was never closed
+            log.error("positions not saved: the subscriber was not closed", link=self.link,
+                      path=str(state.path), error=str(exc))
+            return
         self._saved = positions
