@@ -27,6 +27,7 @@ from adapters.beep import (
     ErrorReplyReceived,
     Event,
     GreetingReceived,
+    LocalProtocolError,
     MessageReceived,
     PlainClient,
     ProtocolViolation,
@@ -68,6 +69,12 @@ __all__ = ["DEFAULT_TIMEOUT", "ApexClient"]
 
 #: Requests one client keeps unanswered at most (see `_in_flight`).
 MAX_IN_FLIGHT = 32
+#: MSGs the relay may have sent us that we have not answered yet. We answer each data as soon
+#: as its frame is parsed, but every MSG that one read completes is parsed before the first
+#: answer goes out: a relay's burst (a gap fill, a busy fan-out) completes hundreds in a read,
+#: and the BEEP default (64, meant for peers whose answers take a while) ended the session on
+#: it. An empty MSG frame is 20 octets, so one READ_SIZE read completes fewer than this.
+CLIENT_MAX_PENDING = READ_SIZE // 16
 #: Seconds to wait for the relay's greeting, channel start and each reply.
 DEFAULT_TIMEOUT = 30.0
 
@@ -78,8 +85,10 @@ class ApexClient:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                  timeout: float = DEFAULT_TIMEOUT, config: BeepConfig | None = None) -> None:
         self._reader, self._writer, self.timeout = reader, writer, timeout
-        self._conn = BeepConnection(Role.INITIATOR,
-                                    config or BeepConfig(window_size=APEX_WINDOW), profiles=[])
+        self._conn = BeepConnection(
+            Role.INITIATOR, config or BeepConfig(window_size=APEX_WINDOW,
+                                                 max_pending_messages=CLIENT_MAX_PENDING),
+            profiles=[])
         self._pending: dict[int, asyncio.Future[Operation]] = {}
         #: requests awaiting their reply at once: pipelining helps, but a relay cuts off a
         #: channel with more MSGs pending than its limit (BeepConfig's default is 64)
@@ -148,9 +157,13 @@ class ApexClient:
         try:
             while True:
                 data = await self._reader.read(READ_SIZE)
-                for event in self._tuning.receive_data(data):
+                events = self._tuning.receive_data(data)
+                for event in events:
                     self._dispatch(event)
                 self._flush()
+                if any(isinstance(e, ProtocolViolation) and e.terminate for e in events):
+                    self._writer.close()  # the session is dead, so is its transport (§2.2.1.1)
+                    break
                 if not data or not await self._upgrade():
                     break
         except (ConnectionError, OSError):
@@ -187,12 +200,17 @@ class ApexClient:
             elif not isinstance(operation, Terminate):  # a terminate just ends an attachment
                 reply = Error(550, "applications accept only data and terminate")
         content_type, body = encode(reply)
-        if isinstance(reply, Error):
-            self._conn.send_err(event.channel, event.msgno, body, content_type)
-        else:
-            self._conn.send_rpy(event.channel, event.msgno, body, content_type)
-            if isinstance(operation, Terminate) and self.on_terminate is not None:
-                self.on_terminate(operation)
+        try:
+            if isinstance(reply, Error):
+                self._conn.send_err(event.channel, event.msgno, body, content_type)
+            else:
+                self._conn.send_rpy(event.channel, event.msgno, body, content_type)
+        except LocalProtocolError:
+            # The read that completed this MSG also ended the session (a violation further
+            # on): there is no one left to answer, and the read loop must go on to its end.
+            return
+        if isinstance(operation, Terminate) and self.on_terminate is not None:
+            self.on_terminate(operation)
 
     async def _request(self, operation: Operation) -> None:
         async with self._in_flight:

@@ -9,7 +9,10 @@ the service sends unprompted — forwarded messages and the cancel that ends a s
 Robust delivery (docs/robust-binding.md): each `Delivered` carries its sequence stamp when the
 broker sequences deliveries; heartbeats and resets are yielded as `LinkEvent` when asked for
 (`link_events=True`); `gap` asks for a link range again and `capabilities` what the service
-offers.
+offers. A subscriber stub takes one link over with `listen_link`: everything of that link --
+stamped deliveries, heartbeats, resets, and each `linkreply` no request of this client awaits --
+goes to its listener instead of `events()`, and it sends its requests with `post` under transIDs
+from `new_trans_id`, so they never collide with this client's own (see robust_client.py).
 
 With `connect(..., reconnect=ReconnectPolicy(...))` it rides a `ReconnectingApexClient`: a lost
 connection is re-dialled and the endpoint re-attached, and `events()` goes on across it. A
@@ -24,9 +27,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
+
+import structlog
 
 from broker.errors import ApexpsError, ServiceNotAvailable
 from broker.records import PublishType
@@ -46,6 +51,7 @@ from ._pubsub_codec import (
     encode_pubsub,
 )
 from ._robust_codec import (
+    MAX_TRANS_ID,
     ROBUST_ELEMENTS,
     Capabilities,
     CapabilityQuery,
@@ -62,7 +68,9 @@ from ._robust_codec import (
 from .client import DEFAULT_TIMEOUT, ApexClient
 from .reconnect import ConnectionEvent, Disconnected, ReconnectingApexClient, ReconnectPolicy
 
-__all__ = ["Delivered", "Ended", "LinkEvent", "PubsubClient"]
+__all__ = ["Delivered", "Ended", "LinkEvent", "LinkListener", "LinkTraffic", "PubsubClient"]
+
+log = structlog.get_logger(__name__)
 
 SERVICE = "apex=pubsub"
 _PLAIN = PublishMeta()
@@ -101,6 +109,12 @@ class Ended:
     subscriber: str
 
 
+#: What `listen_link` hands its listener; None: nothing more will come (the connection is gone
+#: and no reconnection will follow).
+LinkTraffic = Delivered | LinkEvent | LinkReply | None
+LinkListener = Callable[[LinkTraffic], None]
+
+
 class PubsubClient:
     def __init__(self, client: ApexClient | ReconnectingApexClient, endpoint: Endpoint,
                  service_domain: str | None = None, *, link_events: bool = False) -> None:
@@ -113,6 +127,7 @@ class PubsubClient:
         self._trans_ids = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[_Answer]] = {}
         self._events: asyncio.Queue[Delivered | Ended | LinkEvent | None] = asyncio.Queue()
+        self._links: dict[str, LinkListener] = {}
         self._task = asyncio.create_task(self._demux())
         if isinstance(client, ReconnectingApexClient):
             client.add_listener(self._connection_event)
@@ -172,15 +187,15 @@ class PubsubClient:
         return answer
 
     async def create_topic(self, topic: str) -> None:
-        trans = next(self._trans_ids)
+        trans = self.new_trans_id()
         await self._ask(CreateTopic(topic, trans), trans)
 
     async def delete_topic(self, topic: str) -> None:
-        trans = next(self._trans_ids)
+        trans = self.new_trans_id()
         await self._ask(DeleteTopic(topic, trans), trans)
 
     async def list_topics(self) -> list[str]:
-        trans = next(self._trans_ids)
+        trans = self.new_trans_id()
         answer = await self._ask(ListTopics(trans), trans)
         return list(answer.names) if isinstance(answer, TopicList) else []
 
@@ -188,7 +203,7 @@ class PubsubClient:
                         subscriber: Endpoint | str | None = None,
                         link: str | None = None) -> None:
         """`link`: the link the subscription's data travel on (default: the subscriber)."""
-        trans = next(self._trans_ids)
+        trans = self.new_trans_id()
         who = self._endpoint(subscriber)
         await self._ask(Subscribe(who, topic, trans, duration, link), trans)
 
@@ -197,19 +212,43 @@ class PubsubClient:
         """Ask for link seqs `link_from..link_to` again (§5.1). The refilled items arrive
         from `events()` (stamp.refill) before this returns the 250 `linkreply`; any other code
         raises its `ApexpsError` (553, 537, 569, 570)."""
-        trans = next(self._trans_ids)
+        trans = self.new_trans_id()
         answer = await self._ask(GapRequest(link, link_from, trans, link_to, epoch), trans)
         assert isinstance(answer, LinkReply)
         return answer
 
     async def capabilities(self) -> Capabilities:
-        trans = next(self._trans_ids)
+        trans = self.new_trans_id()
         answer = await self._ask(CapabilityQuery(trans), trans)
         assert isinstance(answer, Capabilities)
         return answer
 
+    def new_trans_id(self) -> int:
+        """The next transID of this client's requests (1..2^31-1, RFC 3340): a stub that
+        sends requests on this session takes its transIDs here."""
+        return (next(self._trans_ids) - 1) % MAX_TRANS_ID + 1
+
+    async def post(self, doc: RobustDocument) -> None:
+        """Send a gap or repair request (or any robust document) to the service without
+        waiting for its answer; the `linkreply` goes to the link's listener (`listen_link`).
+        Raises what `send` raises: the service refusing the data itself (an unparseable
+        request), or `ServiceNotAvailable` while the connection is down."""
+        await self.client.send(self.endpoint, [self.service], encode_robust(doc),
+                               "application/beep+xml")
+
+    def listen_link(self, link: str, listener: LinkListener) -> None:
+        """From now on hand everything of `link` to `listener` (in the event loop, in arrival
+        order; it must not block) instead of `events()`: its stamped deliveries, heartbeats and
+        resets (whatever `link_events` says), and each `linkreply` naming it that no request of
+        this client awaits. One listener per link; a second one replaces the first."""
+        self._links[link] = listener
+
+    def unlisten_link(self, link: str) -> None:
+        """Stop `listen_link`; the link's traffic goes to `events()` again."""
+        self._links.pop(link, None)
+
     async def cancel(self, topic: str, subscriber: Endpoint | str | None = None) -> None:
-        trans = next(self._trans_ids)
+        trans = self.new_trans_id()
         await self._ask(Cancel(topic, trans, self._endpoint(subscriber)), trans)
 
     async def publish(self, topic: str, content: bytes,
@@ -254,6 +293,19 @@ class PubsubClient:
         async for data in self.client.receive():
             self._route(data)
         self._events.put_nowait(None)
+        for link in list(self._links):
+            self._to_link(link, None)
+
+    def _to_link(self, link: str, item: LinkTraffic) -> bool:
+        """Hand `item` to `link`'s listener, if it has one."""
+        listener = self._links.get(link)
+        if listener is None:
+            return False
+        try:
+            listener(item)
+        except Exception:  # one listener's bug must not stop the other links and events()
+            log.exception("link listener failed", link=link, item=type(item).__name__)
+        return True
 
     def _stamp(self, data: Data) -> Stamp | None:
         mine = [i for i, r in enumerate(data.recipients) if r == self.endpoint] or [0]
@@ -275,9 +327,13 @@ class PubsubClient:
             future = self._waiting.get(doc.trans_id) if doc.trans_id else None
             if future is not None and not future.done():
                 future.set_result(doc)
+            elif isinstance(doc, LinkReply):
+                self._to_link(doc.link, doc)
             return True
         stamp = self._stamp(data)
-        if stamp is not None and self.link_events:
+        if stamp is None:
+            return True
+        if not self._to_link(stamp.link, LinkEvent(stamp, doc)) and self.link_events:
             self._events.put_nowait(LinkEvent(stamp, doc))
         return True
 
@@ -286,8 +342,11 @@ class PubsubClient:
         if origin.address != SERVICE:
             return
         if origin.subaddress is not None:
-            self._events.put_nowait(Delivered(origin.subaddress, str(origin), data.content,
-                                              data.content_type, self._stamp(data)))
+            stamp = self._stamp(data)
+            delivered = Delivered(origin.subaddress, str(origin), data.content,
+                                  data.content_type, stamp)
+            if stamp is None or not self._to_link(stamp.link, delivered):
+                self._events.put_nowait(delivered)
             return
         if self._robust(data):
             return

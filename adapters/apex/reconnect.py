@@ -245,6 +245,11 @@ class ReconnectingApexClient:
         it must not block). An exception it raises is logged and otherwise ignored."""
         self._listeners.callbacks.append(callback)
 
+    def remove_listener(self, callback: Listener) -> None:
+        """Undo `add_listener` (nothing happens if `callback` is not listening)."""
+        with contextlib.suppress(ValueError):
+            self._listeners.callbacks.remove(callback)
+
     @property
     def is_connected(self) -> bool:
         return self._up.is_set()

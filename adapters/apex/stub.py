@@ -45,6 +45,7 @@ the interval: `SilentLink` (the caller may reconnect). Both once per silence.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Literal
@@ -307,6 +308,9 @@ class SubscriberStub:
             for again (default twice the heartbeat interval).
         repair_timeout: how long a repair or resume may stay unanswered before it is sent
             again (default 10 heartbeat intervals).
+        request_ids: where the transIDs of its requests come from (default: its own count
+            from 1); a client that sends requests of its own on the same session passes its
+            counter, so the two never use the same transID.
     """
 
     def __init__(self, link_id: str, bits: int, heartbeat_interval: float, *,
@@ -314,7 +318,8 @@ class SubscriberStub:
                  max_held: int = DEFAULT_MAX_HELD, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
                  gap_timeout: float | None = None, repair_timeout: float | None = None,
                  silent_factor: float = DEFAULT_SILENT_FACTOR,
-                 repair_margin_ms: int = DEFAULT_REPAIR_MARGIN_MS) -> None:
+                 repair_margin_ms: int = DEFAULT_REPAIR_MARGIN_MS,
+                 request_ids: Callable[[], int] | None = None) -> None:
         self.link = validate_link_id(link_id)
         self.space = LinkSeqSpace(bits)
         if heartbeat_interval <= 0:
@@ -347,6 +352,7 @@ class SubscriberStub:
         self._queued: list[tuple[Stamp, bytes]] = []  # while RESUMING
         self._repair_id: int | None = None
         self._next_id = 0
+        self._request_ids = request_ids
         self._hole_ids = 0
         self._heard: float | None = None
         self._late_reported = False
@@ -414,9 +420,9 @@ class SubscriberStub:
         elif pending.kind == "resume":
             if ok:
                 self._mode = _Mode.LIVE
-                queued, self._queued = self._queued, []
-                for stamp, content in queued:
+                for stamp, content in self._in_link_order(self._queued):
                     self._take(out, stamp, content, now)
+                self._queued = []
             else:
                 self._lose_context(out, now, f"resume refused: {reply.code} {reply.text}".strip())
         elif self._mode is not _Mode.REPAIRING:
@@ -493,6 +499,22 @@ class SubscriberStub:
             out.append(RequestGap(request_id, self.link, self._epoch,
                                   self.space.next(self._seq), None))
         return out
+
+    def _in_link_order(self, queued: list[tuple[Stamp, bytes]]) -> list[tuple[Stamp, bytes]]:
+        """What arrived while resuming, the current epoch's seqs in link order first. Live data
+        overtake the refill they follow (the broker sends them as they come, the refill after
+        reading Kafka); taken in arrival order they would open a hole for seqs the queue holds,
+        and ask the broker to send those again. Stamps of other epochs keep their order, after
+        (an older one is stale; a newer one comes after every seq of this epoch on the link)."""
+        epoch, frontier = self._epoch, self._seq
+
+        def place(item: tuple[Stamp, bytes]) -> tuple[int, int]:
+            stamp = item[0]
+            if stamp.epoch == epoch and stamp.kind is not StampKind.RESET:
+                return 0, self.space.distance(frontier, stamp.link_seq)
+            return 1, 0
+
+        return sorted(queued, key=place)
 
     # --- the link, in order -----------------------------------------------------------------
 
@@ -698,6 +720,8 @@ class SubscriberStub:
         out.append(LinkRefused(reply.code, reply.text))
 
     def _new_id(self) -> int:
+        if self._request_ids is not None:
+            return self._request_ids()
         # transIDs are 1..2^31-1 (RFC 3340); wrapping after two billion requests is harmless
         # because by then nothing waits on the early ones.
         self._next_id = self._next_id % 2_147_483_647 + 1

@@ -3,19 +3,33 @@
 Every subcommand attaches to the broker as `--as ENDPOINT` on `--server HOST[:PORT]`. Exit codes
 (see adapters/cli/main.py): 0 done, 1 the service said no (the reply code and its meaning are
 printed), 2 bad usage, 3 the broker is unreachable or went away, 130 interrupted.
+
+`subscribe` has two modes. Plain (the default) prints whatever the service forwards. Robust
+(`--link` or `--state`) runs a `RobustSubscriber`: one link, in order, each message once, holes
+filled, reconnecting forever, positions kept in the state file. Robust mode is not the default
+even though the broker stamps every delivery: it costs a capability query the service must
+answer, and a run without `--state` on a link used before asks for that link's history again
+(the stub cannot tell "new to me" from "lost"); naming the link or the state file is the
+user's way of saying that this is what they want.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
+import signal
 import sys
+from dataclasses import asdict
 from typing import Any
 
 import structlog
 
+from adapters.apex._robust_codec import Stamp
 from adapters.apex.pubsub_client import Delivered, Ended, PubsubClient
+from adapters.apex.robust_client import Message, RobustSubscriber
 from adapters.cli.client_cmd import FOREVER, _common, add_reconnect_option, content_fields
 from adapters.cli.security import client_security
 
@@ -78,14 +92,39 @@ async def _publish(args: argparse.Namespace) -> int:
     return 0
 
 
+def stamp_fields(stamp: Stamp) -> dict[str, Any]:
+    """A JSON line's view of a data stamp: where the message stands on its link and which
+    message of which source it is (docs/robust-binding.md §2)."""
+    record: dict[str, Any] = {
+        "link": stamp.link, "epoch": stamp.epoch, "linkseq": stamp.link_seq,
+        "source": stamp.source, "sourceseq": stamp.source_seq,
+        "type": None if stamp.publish_type is None else str(stamp.publish_type),
+    }
+    for key, value in (("messageid", stamp.message_id), ("token", stamp.token),
+                       ("time", stamp.time)):
+        if value is not None:
+            record[key] = value
+    return record
+
+
 def _as_json(event: Delivered) -> str:
     record: dict[str, Any] = {"topic": event.topic, "originator": event.originator,
+                              **(stamp_fields(event.stamp) if event.stamp else {}),
                               "content_type": event.content_type,
                               **content_fields(event.content)}
     return json.dumps(record, ensure_ascii=False)
 
 
+def _message_json(message: Message) -> str:
+    record: dict[str, Any] = {"topic": message.topic, **stamp_fields(message.stamp),
+                              "content_type": message.content_type,
+                              **content_fields(message.content)}
+    return json.dumps(record, ensure_ascii=False)
+
+
 async def _subscribe(args: argparse.Namespace) -> int:
+    if args.link is not None or args.state is not None:
+        return await _subscribe_robust(args)
     client = await _connect(args)
     try:
         for topic in args.topic:
@@ -109,6 +148,58 @@ async def _subscribe(args: argparse.Namespace) -> int:
     finally:
         await client.close()
     return 0
+
+
+async def _subscribe_robust(args: argparse.Namespace) -> int:
+    if args.state is not None:
+        where = os.path.dirname(os.path.abspath(args.state))
+        if not os.path.isdir(where):
+            print(f"apexps subscribe: --state {args.state}: no directory {where}",
+                  file=sys.stderr)
+            return 2
+    host, port = args.server
+    client = await PubsubClient.connect(host, port, args.endpoint, reconnect=FOREVER,
+                                        **client_security(args))
+    try:
+        robust = await RobustSubscriber.open(client, args.link, state=args.state)
+        loop = asyncio.get_running_loop()
+        # SIGTERM stops as cleanly as the end of --count: the positions of what was printed
+        # are saved (Ctrl-C does the same through the cancelled task's finally)
+        loop.add_signal_handler(signal.SIGTERM, lambda: asyncio.ensure_future(robust.close()))
+        watcher = asyncio.create_task(_until_ended(client, robust, set(args.topic)))
+        try:
+            for topic in args.topic:
+                await robust.subscribe(topic, args.duration)
+            print(f"apexps: subscribed to {', '.join(args.topic)} for {args.duration}s on link"
+                  f" {robust.link}", file=sys.stderr, flush=True)
+            seen = 0
+            async for message in robust.messages():
+                print(_message_json(message), flush=True)
+                seen += 1
+                if args.count and seen >= args.count:
+                    break
+        finally:
+            loop.remove_signal_handler(signal.SIGTERM)
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+            await robust.close()
+            log.info("robust subscriber stopped", link=robust.link, resumes=robust.resumes,
+                     refilled=robust.refilled, **asdict(robust.counters))
+    finally:
+        await client.close()
+    return 0
+
+
+async def _until_ended(client: PubsubClient, robust: RobustSubscriber, active: set[str]) -> None:
+    """Close `robust` once the service has ended every subscription (expiry, topic deleted)."""
+    async for event in client.events():
+        if isinstance(event, Ended) and event.topic in active:
+            active.discard(event.topic)
+            print(f"apexps: subscription to {event.topic} ended", file=sys.stderr, flush=True)
+            if not active:
+                await robust.close()
+                return
 
 
 def register(sub: Any) -> None:
@@ -135,17 +226,49 @@ def register(sub: Any) -> None:
 
     subs = sub.add_parser(
         "subscribe", help="subscribe to topics and print each delivery as a JSON line",
-        description="Subscribe and print one JSON line per delivered message (topic,"
-                    " originator, content); runs until Ctrl-C or every subscription ended.")
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=_SUBSCRIBE_HELP)
     subs.add_argument("--topic", required=True, action="append",
                       help="a topic (repeat for several)")
     subs.add_argument("--duration", type=int, default=3600,
                       help="seconds the subscription lasts (default: %(default)s)")
     subs.add_argument("--count", type=int, default=0,
                       help="exit after this many messages (default: run until ended)")
+    robust = subs.add_argument_group(
+        "robust delivery", "either option turns it on; it implies --reconnect")
+    robust.add_argument("--link", metavar="ID",
+                        help="the link to receive on: a named stream the broker keeps for you"
+                             " (default with --state: the link the file names, else your"
+                             " endpoint)")
+    robust.add_argument("--state", metavar="FILE",
+                        help="keep the position (link seq, source seqs) in FILE, rewritten"
+                             " atomically; a new run resumes right after the last message"
+                             " the previous one printed")
     add_reconnect_option(subs)
     _common(subs)
     subs.set_defaults(func=lambda args: asyncio.run(_subscribe(args)))
+
+
+_SUBSCRIBE_HELP = """\
+Subscribe to topics and print one JSON line per message on stdout: topic, the
+sequence stamp (link, epoch, linkseq, source, sourceseq, type, and messageid,
+token, time when present), content_type, and content (content_base64 if it is
+not UTF-8). Runs until Ctrl-C, --count, or every subscription ended.
+
+Robust delivery (--link or --state): the messages of one link, in link order,
+each exactly once. Holes are noticed (also by heartbeats on a quiet link) and
+filled by gap requests; after a lost connection or a broker restart it
+reconnects and asks for what it missed. With --state the position survives
+this command too: run it again with the same file and it goes on where the last
+run stopped, without loss or repeats. Notices (delayed, repaired, reset, lost,
+silent link) go to the log on stderr, never to stdout. Without --state, a run
+on a link used before asks for that link's history again.
+
+examples:
+  apexps subscribe --as jade@example.com --topic equity.quote
+  apexps subscribe --as jade@example.com --topic equity.quote \\
+      --link desk-1 --state desk-1.json
+"""
 
 
 def _run_topic(args: argparse.Namespace) -> int:

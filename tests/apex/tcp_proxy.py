@@ -3,7 +3,9 @@ records every octet in both directions (for the Wireshark capture).
 
 `cut()` aborts the client side of every connection so far but leaves the server side open and
 silent: the server keeps what it believes is a live session (a "half-dead" session, as after a
-client's network dropped without a FIN reaching the server). `close()` ends everything.
+client's network dropped without a FIN reaching the server). While `refusing` is set, a new
+connection is aborted at once (the network is still down), as is one whose server does not
+answer. `close()` ends everything.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ class TcpProxy:
         self._server: asyncio.Server | None = None
         #: set whenever a new connection has been paired with the upstream
         self.connected = asyncio.Event()
+        #: abort new connections instead of relaying them
+        self.refusing = False
 
     async def start(self) -> TcpProxy:
         self._server = await asyncio.start_server(self._accept, self.host, 0)
@@ -39,7 +43,14 @@ class TcpProxy:
         return self
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(self.host, self.upstream_port)
+        if self.refusing:
+            writer.transport.abort()
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_connection(self.host, self.upstream_port)
+        except OSError:
+            writer.transport.abort()
+            return
         pipe = Pipe(writer, up_writer)
         pipe.tasks = [asyncio.create_task(self._pump(pipe, reader, up_writer, True)),
                       asyncio.create_task(self._pump(pipe, up_reader, writer, False))]

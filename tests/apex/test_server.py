@@ -6,10 +6,13 @@ import asyncio
 
 import pytest
 
+from adapters.apex._codec import Data
+from adapters.apex._endpoint import Endpoint
 from adapters.apex._relay import Relay
 from adapters.apex.client import ApexClient
-from adapters.apex.server import ApexServer
+from adapters.apex.server import APEX_WINDOW, ApexServer
 from adapters.beep import (
+    BeepConfig,
     BeepConnection,
     ChannelStarted,
     ErrorReplyReceived,
@@ -125,3 +128,51 @@ def test_close_waits_for_its_sessions() -> None:
         assert server._serving == set()
         await client.close()
     asyncio.run(asyncio.wait_for(body(), 30))
+
+
+async def _burst(count: int) -> list[bytes]:
+    async with ApexServer(Relay("example.com")) as server:
+        barney = await ApexClient.connect("127.0.0.1", server.port)
+        await barney.attach("barney@example.com")
+        fred = Endpoint.parse("fred@example.com")
+        barney_at = Endpoint.parse("barney@example.com")
+        for k in range(count):  # one event-loop turn: one write, read by barney in few reads
+            server.send(Data(fred, (barney_at,), f"m{k}".encode()))
+        inbox = barney.receive()
+        got = [(await asyncio.wait_for(anext(inbox), 10)).content for _ in range(count)]
+        await barney.send("barney@example.com", ["barney@example.com"], b"still here")
+        got.append((await asyncio.wait_for(anext(inbox), 10)).content)
+        await barney.close()
+        return got
+
+
+def test_a_client_takes_a_burst_of_many_more_data_than_the_pending_msg_limit() -> None:
+    """A relay may send data faster than one read's worth of answers go back (a gap fill, a
+    busy fan-out): hundreds of MSGs complete in one read. The client answers each as it is
+    parsed, so they are never pending at once in the BEEP sense; its session survives."""
+    got = asyncio.run(_burst(300))
+    assert got == [f"m{k}".encode() for k in range(300)] + [b"still here"]
+
+
+async def _burst_past_a_small_limit() -> tuple[int, BaseException | None]:
+    async with ApexServer(Relay("example.com")) as server:
+        small = BeepConfig(window_size=APEX_WINDOW, max_pending_messages=8)
+        barney = await ApexClient.connect("127.0.0.1", server.port, config=small)
+        await barney.attach("barney@example.com")
+        fred = Endpoint.parse("fred@example.com")
+        barney_at = Endpoint.parse("barney@example.com")
+        for k in range(50):
+            server.send(Data(fred, (barney_at,), f"m{k}".encode()))
+        got = [data async for data in barney.receive()]
+        await asyncio.wait_for(barney._task, 10)
+        error = barney._task.exception()
+        await barney.close()
+        return len(got), error
+
+
+def test_a_violation_in_the_read_that_completed_msgs_ends_the_session_cleanly() -> None:
+    """Past its own pending-MSG limit the client ends the session; the MSGs completed in the
+    same read before the violation cannot be answered any more, and that does not crash its
+    read loop: receive() just ends."""
+    count, error = asyncio.run(_burst_past_a_small_limit())
+    assert count <= 8 and error is None

@@ -241,6 +241,21 @@ def test_positions_survive_a_restart_and_resume_asks_for_what_was_missed() -> No
     assert delivered(out) == [(A, 2), (B, 5), (A, 3)] and again.idle
 
 
+def test_live_data_that_overtook_the_resume_refill_open_no_hole() -> None:
+    """Live data that arrived before the refill it follows are taken in link order once the
+    resume is answered: the refill already holds the seqs between, so there is no hole, no
+    second request for them and no `Repaired` (the broker would resend them all)."""
+    stub = SubscriberStub(L, 16, 1.0, positions=Positions(L, 16, 0, 2, None, {A: 2}))
+    (req,) = stub.resume(0.0)
+    for stamp in (data(7, 7), data(8, 8), data(3, 3, refill=True), data(4, 4, refill=True),
+                  hb(5, 0), data(6, 6, refill=True), data(7, 7, refill=True)):
+        assert stub.receive(stamp, b"", 0.1) == []
+    out = stub.on_reply(LinkReply(250, L, req.request_id, link_seq=7), 0.2)
+    assert out == only(out, Deliver)
+    assert delivered(out) == [(A, 3), (A, 4), (A, 6), (A, 7), (A, 8)]
+    assert stub.counters.holes == 0 and stub.counters.duplicates == 1 and stub.idle
+
+
 def test_the_reorder_buffer_is_bounded() -> None:
     """More than max_held items behind a hole: the stub repairs by source instead."""
     stub = fresh(max_held=3)

@@ -11,14 +11,14 @@ __all__ = ["logged", "start_broker"]
 
 
 async def start_broker(bootstrap: str, *args: str, namespace: str | None = None,
-                       logs: bool = True) -> tuple[asyncio.subprocess.Process, int]:
-    """Start `apexps broker` on any free port; return it and its APEX port once it listens.
-    With `logs`, its JSON log lines are on the process's stderr (see `logged`); otherwise
-    it logs only warnings, to nowhere."""
+                       logs: bool = True, port: int = 0) -> tuple[asyncio.subprocess.Process, int]:
+    """Start `apexps broker` on `port` (0: any free one); return it and its APEX port once it
+    listens. With `logs`, its JSON log lines are on the process's stderr (see `logged`);
+    otherwise it logs only warnings, to nowhere."""
     level = ["--log-json"] if logs else ["--log-level", "warning"]
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "adapters.cli.main", *level, "broker", "--bootstrap", bootstrap,
-        "--namespace", namespace or f"t{uuid.uuid4().hex[:12]}", "--listen", "127.0.0.1:0",
+        "--namespace", namespace or f"t{uuid.uuid4().hex[:12]}", "--listen", f"127.0.0.1:{port}",
         *args, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE if logs else asyncio.subprocess.DEVNULL)
     assert proc.stdout is not None
