@@ -114,7 +114,8 @@ def tokenize(text: str) -> list[_Token]:
                 break
             tokens.append(_Token(_Tok.STRING, "".join(parts), i))
             i = k + 1
-        elif (ch.isdigit() and ch.isascii()) or (ch == "." and text[i + 1 : i + 2].isdigit()):
+        elif (ch.isdigit() and ch.isascii()) or (ch == "." and text[i + 1 : i + 2].isdigit()
+                                                   and text[i + 1 : i + 2].isascii()):
             m = _NUMBER.match(text, i)
             assert m is not None  # the first character guarantees a match
             end = m.end()
