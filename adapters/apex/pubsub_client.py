@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,7 +58,9 @@ from ._robust_codec import (
     GapRequest,
     LinkReply,
     PublishMeta,
+    RepairRequest,
     RobustDocument,
+    SourcePosition,
     Stamp,
     decode_robust,
     encode_robust,
@@ -214,6 +216,18 @@ class PubsubClient:
         raises its `ApexpsError` (553, 537, 569, 570)."""
         trans = self.new_trans_id()
         answer = await self._ask(GapRequest(link, link_from, trans, link_to, epoch), trans)
+        assert isinstance(answer, LinkReply)
+        return answer
+
+    async def repair(self, link: str, sources: Iterable[tuple[str, int]] = (),
+                     since: int | None = None, epoch: int | None = None) -> LinkReply:
+        """Repair `link` by source (§5.2): per (source, last source seq we have), everything
+        after it; for other sources, what the journal accepted at or after `since` (ms). The
+        reset that starts the new epoch and the catch-up arrive from `events()` before this
+        returns the 250 `linkreply`; any other code raises its `ApexpsError` (537, 553, 570)."""
+        trans = self.new_trans_id()
+        positions = tuple(SourcePosition(source, after) for source, after in sources)
+        answer = await self._ask(RepairRequest(link, trans, positions, since, epoch), trans)
         assert isinstance(answer, LinkReply)
         return answer
 

@@ -217,17 +217,18 @@ class Channel:
         # First frame of a reply. If our MSG is still being sent, RFC 3080 §2.6.3 obliges us to
         # finish it with an empty "." frame; if not one frame of it went out, the peer is
         # answering a message it never saw.
-        if not self._queue:
+        # Our MSGs leave in msgno order and `msgno` is the oldest unanswered one, so only the
+        # first MSG in the queue can be it (replies may sit ahead of it): looking further would
+        # make every reply cost the length of a long queue.
+        for item in self._queue:
+            if item.type is not FrameType.MSG:
+                continue
+            if item.msgno != msgno:
+                return  # ours went out whole
+            if item.offset == 0:
+                raise _violation(f"reply to message {msgno}, which was never sent")
+            item.payload = item.payload[: item.offset]
             return
-        head = self._queue[0]
-        if head.type is not FrameType.MSG or head.msgno != msgno:
-            for item in self._queue:
-                if item.type is FrameType.MSG and item.msgno == msgno:
-                    raise _violation(f"reply to message {msgno}, which was never sent")
-            return
-        if head.offset == 0:
-            raise _violation(f"reply to message {msgno}, which was never sent")
-        head.payload = head.payload[: head.offset]
 
     # --- sending --------------------------------------------------------------------------
 

@@ -1,0 +1,235 @@
+"""What robust delivery costs: sequencing overhead, gap repair time, heartbeats on idle links.
+
+Run: `.venv/bin/python -m ops.bench.bench_robust [--bootstrap HOST:PORT] [--seconds 10]`
+(without --bootstrap a throwaway local Kafka is started).
+
+Three measurements, each against real Kafka and the real BEEP wire (issue 6's performance
+section):
+
+1. Sequencing overhead. The broker runs in its own process twice, once on the plain topic path
+   (`BrokerApp(sequenced=False)`) and once sequenced (link seqs, link log in Kafka), with the same
+   10 subscribers and publisher processes as `bench_pubsub`; flat-out deliveries/s and paced
+   p50/p99 publish→deliver latency of each, the overhead of sequencing (target ≤ 20%), and raw
+   confluent-kafka's end-to-end rate in the same run for scale.
+2. Gap repair. A link carries `--gap` messages (10,000); a subscriber then asks for all of them
+   again by link range (`gap linkfrom=1 linkto=N`) and by source (`repair` with after=0): the
+   time from the request to the last refilled item and the 250 reply (target < 1 s each).
+3. Heartbeats. A broker process with `--idle-links` (1,000) idle links at the default
+   heartbeat interval: its CPU time per second and the heartbeats/s it sends, against the same
+   process with no links.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from ops.bench.bench_pubsub import DOMAIN, ROOT, SIZE, TOPIC, _case, _create_topic, _raw
+
+SUBSCRIBERS = 10
+PACED_RATE = 200
+
+
+# --- 1. sequencing overhead ---------------------------------------------------------------
+
+
+def _broker(bootstrap: str, *extra: str) -> tuple[subprocess.Popen[str], int]:
+    server = subprocess.Popen(
+        [sys.executable, "-m", "ops.bench.bench_pubsub", "--serve", "--bootstrap", bootstrap,
+         "--namespace", f"bench{uuid.uuid4().hex[:8]}", *extra],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT, text=True)
+    assert server.stdout is not None
+    return server, int(server.stdout.readline())
+
+
+def _stop(server: subprocess.Popen[str]) -> None:
+    assert server.stdin is not None
+    server.stdin.close()
+    server.wait(timeout=120)
+
+
+def _overhead(bootstrap: str, seconds: float, window: int) -> None:
+    raw = _raw(bootstrap, seconds, 0)
+    print(f"raw confluent-kafka, one producer and one consumer: {raw['msgs_per_s']:,.0f} msgs/s",
+          flush=True)
+    results: dict[str, tuple[dict[str, float], dict[str, float]]] = {}
+    for mode, extra in (("plain", ("--plain",)), ("sequenced", ())):
+        server, port = _broker(bootstrap, *extra)
+        try:
+            _create_topic(port)
+            paced = _case(port, SUBSCRIBERS, seconds, PACED_RATE, 1)
+            flat = _case(port, SUBSCRIBERS, seconds, 0, window)
+        finally:
+            _stop(server)
+        results[mode] = (paced, flat)
+        print(f"{mode:>9}: flat out {flat['deliveries_per_s']:,.0f} deliveries/s"
+              f" ({flat['msgs_per_s']:,.0f} msgs/s to {SUBSCRIBERS} subscribers,"
+              f" {flat['msgs_per_s'] / raw['msgs_per_s']:.2f}x raw);"
+              f" paced {PACED_RATE}/s p50 {paced['p50']:.1f} ms p99 {paced['p99']:.1f} ms"
+              f"{'' if paced['complete'] and flat['complete'] else ' INCOMPLETE'}", flush=True)
+    (p_paced, p_flat), (s_paced, s_flat) = results["plain"], results["sequenced"]
+    cost = 1 - s_flat["deliveries_per_s"] / p_flat["deliveries_per_s"]
+    print(f"sequencing overhead: {cost:+.0%} deliveries/s (target ≤ 20%);"
+          f" paced p99 {s_paced['p99'] - p_paced['p99']:+.1f} ms", flush=True)
+
+
+# --- 2. gap repair ------------------------------------------------------------------------
+
+
+def _append(app: object, topic: str, count: int, source: str) -> None:
+    from adapters.app import BrokerApp
+    from broker.errors import JournalUnavailable
+    from broker.records import Publication
+
+    assert isinstance(app, BrokerApp)
+    body = b"x" * SIZE
+    for start in range(0, count, 1000):
+        done = threading.Event()
+        failed: list[object] = []
+
+        def settled(results: list[object], done: threading.Event = done,
+                    failed: list[object] = failed) -> None:
+            failed.extend(r for r in results if isinstance(r, JournalUnavailable))
+            done.set()
+
+        app.core.journal.append_many(
+            [Publication(topic, source, body) for _ in range(start, min(start + 1000, count))],
+            settled)
+        if not done.wait(120) or failed:
+            raise SystemExit("journal append failed")
+
+
+async def _repairs(bootstrap: str, count: int) -> None:
+    from adapters.apex.pubsub_client import Delivered, PubsubClient
+    from adapters.app import BrokerApp
+    from broker.kafka_io import KafkaConfig
+    from broker.robust.config import RobustConfig
+
+    config = KafkaConfig(bootstrap=bootstrap, namespace=f"bench{uuid.uuid4().hex[:8]}")
+    robust = RobustConfig(heartbeat_ms=600_000, max_gap=max(count, 10_000))
+    source, link = f"pub@{DOMAIN}", "bench-gap"
+    async with BrokerApp(config, domain=DOMAIN, robust=robust) as app:
+        jade = await PubsubClient.connect("127.0.0.1", app.port, f"jade@{DOMAIN}")
+        await jade.create_topic(TOPIC)
+        await jade.subscribe(TOPIC, 3600, link=link)
+        events = jade.events()
+        filling = asyncio.create_task(asyncio.to_thread(_append, app, TOPIC, count, source))
+        live = 0
+        while live < count:
+            if isinstance(await asyncio.wait_for(anext(events), 60), Delivered):
+                live += 1
+        await filling
+
+        async def refilled(request: asyncio.Future[object]) -> tuple[float, int]:
+            began, got = time.perf_counter(), 0
+            while got < count:
+                event = await asyncio.wait_for(anext(events), 60)
+                if isinstance(event, Delivered):
+                    got += 1
+            await request
+            return time.perf_counter() - began, got
+
+        request = asyncio.ensure_future(jade.gap(link, 1, count))
+        took, got = await refilled(request)
+        print(f"gap fill by link range, {got:,} messages: {took * 1e3:,.0f} ms"
+              f" ({got / took:,.0f} msgs/s; target < 1 s)", flush=True)
+
+        request = asyncio.ensure_future(jade.repair(link, [(source, 0)]))
+        took, got = await refilled(request)
+        print(f"repair by source, {got:,} messages: {took * 1e3:,.0f} ms"
+              f" ({got / took:,.0f} msgs/s; target < 1 s)", flush=True)
+        await jade.close()
+
+
+# --- 3. heartbeats ------------------------------------------------------------------------
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _heartbeats(bootstrap: str, links: int, seconds: float) -> None:
+    from adapters.apex.pubsub_client import LinkEvent, PubsubClient
+    from broker.robust.config import DEFAULT_HEARTBEAT_MS
+
+    server, port = _broker(bootstrap)
+    try:
+        def busy() -> float:
+            before = _cpu_seconds(server.pid)
+            time.sleep(seconds)  # measuring a steady state over a window, not awaiting
+            return (_cpu_seconds(server.pid) - before) / seconds
+
+        idle = await asyncio.to_thread(busy)
+        client = await PubsubClient.connect("127.0.0.1", port, f"idle@{DOMAIN}",
+                                            link_events=True)
+        for i in range(links):
+            await client.create_topic(f"idle.t{i}")
+            await client.subscribe(f"idle.t{i}", 3600, link=f"idle-{i}")
+        beats = 0
+
+        async def count() -> None:
+            nonlocal beats
+            async for event in client.events():
+                if isinstance(event, LinkEvent) and event.stamp.kind == "heartbeat":
+                    beats += 1
+
+        counter = asyncio.create_task(count())
+        await asyncio.to_thread(time.sleep, DEFAULT_HEARTBEAT_MS / 1000)  # one interval in
+        beats = 0
+        loaded = await asyncio.to_thread(busy)
+        rate = beats / seconds
+        counter.cancel()
+        await client.close()
+    finally:
+        _stop(server)
+    extra = loaded - idle
+    print(f"heartbeats, {links:,} idle links at {DEFAULT_HEARTBEAT_MS:,} ms:"
+          f" {rate:,.0f} heartbeats/s received; broker CPU {idle:.1%} with no links,"
+          f" {loaded:.1%} with them ({extra:+.1%} of one core,"
+          f" {extra / max(rate, 1) * 1e6:,.0f} µs per heartbeat)", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--bootstrap", help="an existing Kafka (default: start a throwaway one)")
+    ap.add_argument("--seconds", type=float, default=10.0, help="per phase (default: 10)")
+    ap.add_argument("--window", type=int, default=64,
+                    help="publications in flight in the flat-out phase (default: 64)")
+    ap.add_argument("--gap", type=int, default=10_000, help="messages to repair (10,000)")
+    ap.add_argument("--idle-links", type=int, default=1_000, help="idle links (1,000)")
+    ap.add_argument("--only", choices=("overhead", "repair", "heartbeats"),
+                    help="run one measurement")
+    args = ap.parse_args(argv)
+    kafka = None
+    bootstrap = args.bootstrap
+    if bootstrap is None:
+        from ops.kafka_local import LocalKafka
+
+        kafka = LocalKafka(Path(tempfile.mkdtemp(prefix="apexps-bench-")))
+        bootstrap = kafka.start().bootstrap
+    try:
+        print(f"robust delivery, {SIZE}-octet messages, {os.cpu_count()} CPUs,"
+              f" Kafka {bootstrap}", flush=True)
+        if args.only in (None, "overhead"):
+            _overhead(bootstrap, args.seconds, args.window)
+        if args.only in (None, "repair"):
+            asyncio.run(_repairs(bootstrap, args.gap))
+        if args.only in (None, "heartbeats"):
+            asyncio.run(_heartbeats(bootstrap, args.idle_links, args.seconds))
+    finally:
+        if kafka is not None:
+            kafka.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
