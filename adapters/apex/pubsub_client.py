@@ -9,7 +9,8 @@ the service sends unprompted — forwarded messages and the cancel that ends a s
 Robust delivery (docs/robust-binding.md): each `Delivered` carries its sequence stamp when the
 broker sequences deliveries; heartbeats and resets are yielded as `LinkEvent` when asked for
 (`link_events=True`); `gap` asks for a link range again and `capabilities` what the service
-offers.
+offers. `pubstatus` asks where our publishing stands (§8); `adapters.apex.publisher` builds
+duplicate-free, resending publishing on it.
 
 With `connect(..., reconnect=ReconnectPolicy(...))` it rides a `ReconnectingApexClient`: a lost
 connection is re-dialled and the endpoint re-attached, and `events()` goes on across it. A
@@ -52,6 +53,8 @@ from ._robust_codec import (
     GapRequest,
     LinkReply,
     PublishMeta,
+    PubStatus,
+    PubStatusQuery,
     RobustDocument,
     Stamp,
     decode_robust,
@@ -88,7 +91,7 @@ class LinkEvent:
     document: RobustDocument
 
 
-_Answer = Reply | TopicList | LinkReply | Capabilities
+_Answer = Reply | TopicList | LinkReply | Capabilities | PubStatus
 _PUBSUB_OPS = (Cancel, CreateTopic, DeleteTopic, ListTopics, Reply, Subscribe, TopicList)
 
 
@@ -207,6 +210,15 @@ class PubsubClient:
         assert isinstance(answer, Capabilities)
         return answer
 
+    async def pubstatus(self) -> PubStatus:
+        """Where our publishing stands (§8): the highest publisher seq the broker holds durably
+        from us and our newest source seq (0: none). The broker answers once what we had in
+        flight has settled, so a publisher that continues at `pubseq + 1` sends only news."""
+        trans = next(self._trans_ids)
+        answer = await self._ask(PubStatusQuery(trans), trans)
+        assert isinstance(answer, PubStatus)
+        return answer
+
     async def cancel(self, topic: str, subscriber: Endpoint | str | None = None) -> None:
         trans = next(self._trans_ids)
         await self._ask(Cancel(topic, trans, self._endpoint(subscriber)), trans)
@@ -270,7 +282,7 @@ class PubsubClient:
             doc = decode_robust(data.content)
         except ApexpsError:
             return True
-        if isinstance(doc, LinkReply | Capabilities):
+        if isinstance(doc, LinkReply | Capabilities | PubStatus):
             future = self._waiting.get(doc.trans_id) if doc.trans_id else None
             if future is not None and not future.done():
                 future.set_result(doc)
