@@ -39,7 +39,6 @@ import contextlib
 import heapq
 import itertools
 from dataclasses import dataclass, field
-from typing import Any
 
 import structlog
 
@@ -141,23 +140,30 @@ class ReliablePublisher:
             apex.add_listener(self._on_connection)
 
     @classmethod
-    async def start(cls, client: PubsubClient, **options: Any) -> ReliablePublisher:
+    async def start(cls, client: PubsubClient, *, window: int = DEFAULT_WINDOW,
+                    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+                    max_attempts: int | None = DEFAULT_MAX_ATTEMPTS) -> ReliablePublisher:
         """Ask the broker where this endpoint's publishing stands and continue after it.
 
-        `options`: `window`, `max_in_flight`, `max_attempts` (see the constants)."""
-        limit = options.get("max_attempts", DEFAULT_MAX_ATTEMPTS)
+        Args:
+            window: publications kept unacknowledged at most; `send` waits beyond.
+            max_in_flight: sends on the wire at once (at most `window`).
+            max_attempts: retriable refusals of one publication before it fails (None:
+                never); the `pubstatus` query here is retried as often.
+        """
         for attempt in itertools.count(1):
             try:
                 status = await client.pubstatus()
                 break
             except (ServiceNotAvailable, TimeoutError) as exc:
-                if limit is not None and attempt >= limit:
+                if max_attempts is not None and attempt >= max_attempts:
                     raise
                 log.info("pubstatus failed; asking again", attempt=attempt, error=str(exc))
                 await asyncio.sleep(_backoff(attempt))
         log.info("publisher resumes", endpoint=str(client.endpoint), after=status.pubseq,
                  source_seq=status.source_seq)
-        return cls(client, status.pubseq + 1, **options)
+        return cls(client, status.pubseq + 1, window=window, max_in_flight=max_in_flight,
+                   max_attempts=max_attempts)
 
     # --- the application's side ---------------------------------------------------------
 

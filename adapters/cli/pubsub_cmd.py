@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator
 from typing import IO, Any
@@ -80,13 +82,26 @@ def _read_all(path: str) -> bytes:
 
 
 async def _lines(stream: IO[bytes]) -> AsyncIterator[bytes]:
-    """The input's lines without their end of line, read in a worker thread: a pipe that is
-    slow to fill must not stall the event loop, which meanwhile takes acks and reconnects."""
+    """The input's lines without their line end. A daemon thread reads: a pipe that is slow to
+    fill must not stall the event loop, which meanwhile takes acks and reconnects, and Ctrl-C
+    must not wait for a read of a terminal to return (the default executor would). It stays at
+    most a few chunks ahead of the publisher."""
+    loop = asyncio.get_running_loop()
+    chunks: asyncio.Queue[bytes] = asyncio.Queue(maxsize=4)
+
+    def read() -> None:
+        try:
+            while chunk := stream.read1(READ_CHUNK):  # type: ignore[attr-defined]
+                asyncio.run_coroutine_threadsafe(chunks.put(chunk), loop).result()
+        except OSError as exc:
+            log.error("reading the input failed", error=str(exc))
+        finally:  # the end (b""), also after an error; nothing to tell if the loop is gone
+            with contextlib.suppress(RuntimeError):
+                asyncio.run_coroutine_threadsafe(chunks.put(b""), loop)
+
+    threading.Thread(target=read, name="apexps-publish-input", daemon=True).start()
     rest = b""
-    while True:
-        chunk = await asyncio.to_thread(stream.read1, READ_CHUNK)  # type: ignore[attr-defined]
-        if not chunk:
-            break
+    while chunk := await chunks.get():
         *lines, rest = (rest + chunk).split(b"\n")
         for line in lines:
             yield line.removesuffix(b"\r")
