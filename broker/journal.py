@@ -17,7 +17,8 @@ A record that fails (a delivery error, or one Kafka refuses outright inside a ba
 already used its seq: a GAP record explains it, and the caller gets the error.
 
 Checkpoints (the compacted `sources` topic, one partition so its order is total):
-- key `SOURCE` → the source's last durable seq and its position;
+- key `SOURCE` → the source's last durable seq and its position, its highest durable publisher
+  seq and the publisher seqs whose append failed and no resend has made durable yet;
 - key `SOURCE NUL bucket` → position of the first record of seqs [bucket·1024, …): a sparse
   index that lets a read by (source, after seq) seek instead of scanning the partition;
 - key `NUL partition NUL p` → "every source's checkpoint covers partition p up to this offset".
@@ -33,6 +34,13 @@ is one past the highest seen. A hole in the tail — a seq missing between two p
 a crash with records in flight can leave — gets an explicit GAP record, so an audit can prove
 there was no silent loss: every seq from 1 to the last is either a DATA record or inside a GAP.
 
+Publisher seqs (docs/robust-binding.md §8). The journal keeps, per source, the highest publisher
+seq durable in it and the set of publisher seqs whose append failed and that no resend has made
+durable since (a failed pubseq below the highest is not a duplicate: its resend must be
+journaled). Both travel in the source checkpoint; a failure is checkpointed at once, and its GAP
+record carries the publisher seq, so the recovery scan of the tail rebuilds both exactly. Which
+publication to append at all is decided above the journal (`broker.pubseq`).
+
 Known limit: a dead process's last produce request could, in theory, land after recovery scanned
 the tail; a transactional producer per source owner would fence it. See the issue notes.
 """
@@ -42,7 +50,7 @@ from __future__ import annotations
 import threading
 import time
 import zlib
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -63,7 +71,8 @@ from broker.kafka_io import (
 from broker.names import validate_topic
 from broker.records import JournalEntry, Publication, RecordKind, gap_record, now_ms
 
-__all__ = ["SEQ_BUCKET", "AppendCallback", "Appended", "BatchCallback", "Journal", "RecoveryReport"]
+__all__ = ["SEQ_BUCKET", "AppendCallback", "Appended", "BatchCallback", "Journal",
+           "PublisherPosition", "RecoveryReport"]
 
 log = structlog.get_logger(__name__)
 
@@ -78,6 +87,10 @@ MAX_SOURCE_LEN = 1024
 
 #: Bound on the per-process caches of validated topic names and source partitions.
 _CACHE_LIMIT = 100_000
+#: Failed publisher seqs remembered per source (so that their resends are journaled). A
+#: publisher that never resends leaves them behind; past this many the lowest is forgotten,
+#: and a resend of it would be taken for a duplicate.
+MAX_FAILED_PUBSEQS = 1024
 
 SCHEMA = "journal_record"
 CHECKPOINT_SCHEMA = "source_checkpoint"
@@ -89,6 +102,17 @@ class Appended(NamedTuple):
     source: str
     source_seq: int
     position: Position
+
+
+class PublisherPosition(NamedTuple):
+    """How far a source's publications are durable in the journal (robust-binding §8)."""
+
+    #: the highest publisher seq durable; 0: none
+    publisher_seq: int
+    #: the source's newest source seq (DATA or GAP); 0: none
+    source_seq: int
+    #: publisher seqs whose append failed and that no resend has made durable yet
+    failed: frozenset[int]
 
 
 @dataclass
@@ -106,6 +130,21 @@ class _SourceState:
     position: Position | None = None
     indexed_bucket: int = -1
     dirty: bool = False
+    pubseq: int = 0  # highest durable publisher seq
+    pub_failed: set[int] = field(default_factory=set)
+
+    def publisher_durable(self, pubseq: int) -> None:
+        self.pubseq = max(self.pubseq, pubseq)
+        if self.pub_failed:
+            self.pub_failed.discard(pubseq)
+
+    def publisher_failed(self, pubseq: int) -> None:
+        self.pub_failed.add(pubseq)
+        if len(self.pub_failed) > MAX_FAILED_PUBSEQS:
+            forgotten = min(self.pub_failed)
+            self.pub_failed.discard(forgotten)
+            log.error("too many failed publisher seqs never resent; forgetting the lowest",
+                      pubseq=forgotten, limit=MAX_FAILED_PUBSEQS)
 
 
 AppendCallback = Callable[[Exception | None, Appended | None], None]
@@ -120,28 +159,29 @@ _tuple_new = tuple.__new__
 class _Append(Delivery):
     """One `append` in flight."""
 
-    __slots__ = ("callback", "journal", "seq", "source", "topic")
+    __slots__ = ("callback", "journal", "pubseq", "seq", "source", "topic")
 
     def __init__(self, journal: Journal, source: str, topic: str, seq: int,
-                 callback: AppendCallback) -> None:
+                 callback: AppendCallback, *, pubseq: int | None) -> None:
         self.journal = journal
         self.source = source
         self.topic = topic
         self.seq = seq
+        self.pubseq = pubseq
         self.callback = callback
 
     def delivered(self, partition: int, offset: int) -> None:
         source, seq, journal = self.source, self.seq, self.journal
         pos = _tuple_new(Position, (partition, offset))
         with journal._book:
-            journal._on_durable(source, seq, pos)
+            journal._on_durable(source, seq, pos, self.pubseq)
         try:
             self.callback(None, _tuple_new(Appended, (source, seq, pos)))
         except Exception:  # the caller's bug must not stop other delivery reports
             log.exception("append callback failed")
 
     def failed(self, error: JournalUnavailable) -> None:
-        self.journal._append_failed(self.source, self.topic, self.seq, error)
+        self.journal._append_failed(self.source, self.topic, self.seq, error, self.pubseq)
         _call_back(self.callback, error, None)
 
 
@@ -152,8 +192,8 @@ class _Batch:
     token 0 is the last. list.pop is atomic, so deliveries served on two threads at once (the
     poll thread and a caller inside flush()) can neither lose a count nor finish twice."""
 
-    __slots__ = ("callback", "errors", "journal", "left", "offsets", "parts", "seqs",
-                 "sources", "topics")
+    __slots__ = ("callback", "errors", "journal", "left", "offsets", "parts", "pubseqs",
+                 "seqs", "sources", "topics")
 
     def __init__(self, journal: Journal, n: int, callback: BatchCallback) -> None:
         self.journal = journal
@@ -161,6 +201,7 @@ class _Batch:
         self.sources: list[str] = []
         self.topics: list[str] = []
         self.seqs: list[int] = []
+        self.pubseqs: list[int | None] = []
         self.parts: list[int] = []
         self.offsets: list[int] = [-1] * n
         self.errors: dict[int, JournalUnavailable] = {}
@@ -169,7 +210,7 @@ class _Batch:
     def failed(self, index: int, error: JournalUnavailable) -> None:
         self.errors[index] = error
         self.journal._append_failed(self.sources[index], self.topics[index], self.seqs[index],
-                                    error)
+                                    error, self.pubseqs[index])
         if not self.left.pop():
             self.journal._finish(self)
 
@@ -258,7 +299,8 @@ class Journal:
             seq = self._next.get(source, 1)
             value = self._writer.encode(pub, seq, now_ms())
             self._producer.produce(self.topic, key, value,
-                                   _Append(self, source, pub.topic, seq, callback),
+                                   _Append(self, source, pub.topic, seq, callback,
+                                           pubseq=pub.publisher_seq),
                                    partition=part)
             self._next[source] = seq + 1
         return seq
@@ -289,6 +331,7 @@ class Journal:
             return []
         batch = _Batch(self, len(pubs), callback)
         sources, topics, seqs, parts = batch.sources, batch.topics, batch.seqs, batch.parts
+        pubseqs = batch.pubseqs
         encode = self._writer.encode
         records: list[tuple[bytes, bytes, int, Delivery]] = []
         with self._lock:
@@ -308,6 +351,7 @@ class Journal:
                 sources.append(source)
                 topics.append(pub.topic)
                 seqs.append(seq)
+                pubseqs.append(pub.publisher_seq)
                 parts.append(part)
                 records.append((key, value, part, _BatchRecord(batch, i)))
             refused = self._producer.produce_many(self.topic, records)
@@ -317,10 +361,21 @@ class Journal:
             delivery.failed(error)
         return seqs
 
-    def _append_failed(self, source: str, topic: str, seq: int,
-                       error: JournalUnavailable) -> None:
-        log.warning("journal append failed", source=source, seq=seq, error=str(error))
-        self._explain_failed(source, topic, seq, str(error))
+    def _append_failed(self, source: str, topic: str, seq: int, error: JournalUnavailable,
+                       pubseq: int | None = None) -> None:
+        log.warning("journal append failed", source=source, seq=seq, pubseq=pubseq,
+                    error=str(error))
+        if pubseq is not None:
+            with self._book:
+                st = self._durable.get(source)
+                if st is None:
+                    st = self._durable[source] = _SourceState()
+                st.publisher_failed(pubseq)
+                if st.position is not None:
+                    # Checkpoint it now rather than within the second: until it is durable, a
+                    # broker that dies takes a later resend of this pubseq for a duplicate.
+                    self._write_source_checkpoint(source, st)
+        self._explain_failed(source, topic, seq, str(error), pubseq)
 
     def _finish(self, batch: _Batch) -> None:
         """Every record of `batch` has its outcome: book the durable ones, call back once."""
@@ -330,8 +385,9 @@ class Journal:
         booked = 0
         with self._book:
             durable, hw, on_durable = self._durable, self._partition_hw, self._on_durable
-            for i, (source, seq, part, off) in enumerate(
-                    zip(batch.sources, batch.seqs, batch.parts, batch.offsets, strict=True)):
+            for i, (source, seq, part, off, pubseq) in enumerate(
+                    zip(batch.sources, batch.seqs, batch.parts, batch.offsets, batch.pubseqs,
+                        strict=True)):
                 if off < 0:
                     add(errors[i])
                     continue
@@ -340,8 +396,10 @@ class Journal:
                 st = durable.get(source)
                 # The common case inline; a new source or bucket takes the full path.
                 if st is None or seq // SEQ_BUCKET > st.indexed_bucket:
-                    on_durable(source, seq, pos)
+                    on_durable(source, seq, pos, pubseq)
                     continue
+                if pubseq is not None:
+                    st.publisher_durable(pubseq)
                 st.seq = max(st.seq, seq)
                 st.position = pos
                 st.dirty = True
@@ -373,11 +431,21 @@ class Journal:
         if self._producer.flush(timeout_s):
             raise JournalUnavailable("kafka did not take every queued record in time")
 
+    def checkpoint(self, timeout_s: float = 60.0) -> None:
+        """Write every source checkpoint and partition marker now (they are otherwise written
+        within a second) and wait until Kafka holds them: the next recovery scans no tail."""
+        self.flush(timeout_s)
+        self._flush_checkpoints()
+        self.flush(timeout_s)
+
     # Runs under _book, on the poll thread (delivery callbacks) or inside a flush().
-    def _on_durable(self, source: str, seq: int, pos: Position) -> None:
+    def _on_durable(self, source: str, seq: int, pos: Position,
+                    pubseq: int | None = None) -> None:
         st = self._durable.get(source)
         if st is None:
             st = self._durable[source] = _SourceState()
+        if pubseq is not None:
+            st.publisher_durable(pubseq)
         st.seq = max(st.seq, seq)
         st.position = pos
         st.dirty = True
@@ -390,18 +458,22 @@ class Journal:
             self._partition_hw[pos.partition] = pos.offset
         self._since_flush += 1
 
-    def _explain_failed(self, source: str, topic: str, seq: int, reason: str) -> None:
+    def _explain_failed(self, source: str, topic: str, seq: int, reason: str,
+                        pubseq: int | None = None) -> None:
         with self._book:
             self._pending_gaps += 1
+        # The GAP names the failed publisher seq, so recovery knows a resend of it is no
+        # duplicate (it adds the pubseq to the source's failed set).
         value = self._codec.encode(SCHEMA, gap_record(source, topic, seq, seq,
-                                                      f"append failed: {reason}"))
+                                                      f"append failed: {reason}")
+                                   | {"publisher_seq": pubseq})
 
         def done(err: Exception | None, pos: Position | None) -> None:
             with self._book:
                 if err is not None or pos is None:
                     # Keep trying: until this is durable the partition marker stays put, so a
                     # restart rescans and explains the hole itself.
-                    self._explain_failed(source, topic, seq, reason)
+                    self._explain_failed(source, topic, seq, reason, pubseq)
                 else:
                     self._on_durable(source, seq, pos)
                 self._pending_gaps -= 1
@@ -415,12 +487,19 @@ class Journal:
             log.error("could not queue a GAP record; a restart will explain the hole",
                       source=source, seq=seq, error=str(exc))
 
-    def _write_checkpoint(self, key: str, source: str, seq: int, pos: Position) -> None:
+    def _write_checkpoint(self, key: str, source: str, seq: int, pos: Position, *,
+                          pubseq: int = 0, failed: Iterable[int] = ()) -> None:
         value = self._codec.encode(CHECKPOINT_SCHEMA, {
             "source": source, "seq": seq, "partition": pos.partition, "offset": pos.offset,
-            "updated_at": now_ms(),
+            "updated_at": now_ms(), "publisher_seq": pubseq,
+            "publisher_failed": sorted(failed),
         })
         self._producer.produce(self.sources_topic, key.encode(), value, _ignore, partition=0)
+
+    def _write_source_checkpoint(self, source: str, st: _SourceState) -> None:
+        assert st.position is not None
+        self._write_checkpoint(source, source, st.seq, st.position, pubseq=st.pubseq,
+                               failed=st.pub_failed)
 
     def _maybe_flush(self) -> None:
         if self._since_flush == 0:
@@ -434,7 +513,7 @@ class Journal:
         with self._book:
             for source, st in self._durable.items():
                 if st.dirty and st.position is not None:
-                    self._write_checkpoint(source, source, st.seq, st.position)
+                    self._write_source_checkpoint(source, st)
                     st.dirty = False
             if self._pending_gaps == 0:
                 for part, off in self._partition_hw.items():
@@ -466,17 +545,27 @@ class Journal:
                 self._index.setdefault(src, {})[int(bucket_text)] = pos
             else:
                 st = self._durable.setdefault(key, _SourceState())
-                if cp["seq"] >= st.seq:
+                if cp["seq"] >= st.seq:  # the later of two for one seq: a failure noted since
                     st.seq, st.position = cp["seq"], pos
+                    st.pubseq = max(st.pubseq, cp["publisher_seq"])
+                    st.pub_failed = set(cp["publisher_failed"])
         for src, buckets in self._index.items():
             self._durable.setdefault(src, _SourceState()).indexed_bucket = max(buckets)
         holes: list[tuple[str, str, int, int]] = []
+        # source -> (pubseqs of DATA, pubseqs of failed appends' GAPs) anywhere in the tail. A
+        # GAP with a pubseq is in the tail only if no marker passed the failure, so the resend
+        # that made it durable, if any, is in the tail too (before the GAP if the GAP was
+        # retried): the tail alone says which failures are still open.
+        tail_pubseqs: dict[str, tuple[set[int], set[int]]] = {}
         for part in range(self._partitions):
             start = markers[part] + 1 if part in markers else None
             for rec in read_partition(self.config, self.topic, part, start):
                 report.scanned += 1
                 entry = self._decode_entry(rec.position, rec.value)
                 st = self._durable.setdefault(entry.source, _SourceState())
+                if entry.publisher_seq is not None:
+                    seen = tail_pubseqs.setdefault(entry.source, (set(), set()))
+                    seen[entry.kind is RecordKind.GAP].add(entry.publisher_seq)
                 if entry.last_seq <= st.seq:
                     if entry.kind is RecordKind.DATA and st.position is not None \
                             and rec.position.offset > st.position.offset:
@@ -494,6 +583,13 @@ class Journal:
                     self._write_checkpoint(f"{entry.source}\x00{bucket}", entry.source,
                                            entry.source_seq, rec.position)
                 self._partition_hw[part] = rec.position.offset
+        for source, (durable, failed) in tail_pubseqs.items():
+            st = self._durable[source]
+            for pubseq in sorted(failed - durable):
+                st.publisher_failed(pubseq)
+            for pubseq in durable:
+                st.publisher_durable(pubseq)
+            st.dirty = True
         # GAP records explain holes that were only filled *after* the later seqs: scan order
         # saw the hole first, so drop holes a later GAP in the same tail already covers.
         holes = [h for h in holes if not self._gap_covered(h)]
@@ -540,6 +636,15 @@ class Journal:
         with self._book:
             st = self._durable.get(source)
             return 0 if st is None else st.seq
+
+    def publisher_position(self, source: str) -> PublisherPosition:
+        """What of `source` is durable: its highest publisher seq, newest source seq and the
+        publisher seqs that failed since (robust-binding §8). Appends in flight not counted."""
+        with self._book:
+            st = self._durable.get(source)
+            if st is None:
+                return PublisherPosition(0, 0, frozenset())
+            return PublisherPosition(st.pubseq, st.seq, frozenset(st.pub_failed))
 
     def read_source(self, source: str, after_seq: int = 0, *,
                     kinds: tuple[RecordKind, ...] = (RecordKind.DATA, RecordKind.GAP),

@@ -7,8 +7,9 @@ Three kinds of thing travel:
 - the sequence stamp, an APEX option `apexps.seq` in each recipient element of delivered data,
   holding one `<seq … />` (`Stamp`; `stamp_option`, `find_stamp`, `decode_stamp`);
 - documents carried as data content: `heartbeat`, `linkreset` and `withheld` (what heartbeat,
-  reset and withheld data hold), `gap`, `repair` and `capabilityquery` (sent to
-  `apex=pubsub@D`), `linkreply` and `capabilities` (its answers) — `decode_robust`, `encode_robust`.
+  reset and withheld data hold), `gap`, `repair`, `capabilityquery` and `pubstatus` (sent to
+  `apex=pubsub@D`), `linkreply`, `capabilities` and `pubstatus` with a position (its answers) —
+  `decode_robust`, `encode_robust`.
 
 Parsed with the one hardened parser (`broker.xml_safe`), as `_pubsub_codec` does: XML that does
 not parse or is hostile is 500; XML that does not fit the DTD (unknown element or attribute,
@@ -61,6 +62,8 @@ __all__ = [
     "Heartbeat",
     "LinkReply",
     "LinkReset",
+    "PubStatus",
+    "PubStatusQuery",
     "PublishMeta",
     "RepairRequest",
     "RobustDocument",
@@ -393,12 +396,39 @@ class LinkReply:
                    str(exc)[:MAX_TEXT_LEN])
 
 
+@dataclass(frozen=True, slots=True)
+class PubStatusQuery:
+    """Where does my publishing stand (§8)? Answered with a `PubStatus`."""
+
+    trans_id: int
+
+    def __post_init__(self) -> None:
+        _check_int(self.trans_id, "transID", 1, MAX_TRANS_ID)
+
+
+@dataclass(frozen=True, slots=True)
+class PubStatus:
+    """The answer to a `PubStatusQuery` (§8): the requester's highest durable publisher seq and
+    its newest source seq in the journal, 0 for none. A publisher resumes at `pubseq` + 1."""
+
+    source: str
+    pubseq: int
+    source_seq: int
+    trans_id: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_int(self.pubseq, "pubseq", 0, MAX_LONG)
+        _check_int(self.source_seq, "sourceseq", 0, MAX_LONG)
+        if self.trans_id is not None:
+            _check_int(self.trans_id, "transID", 1, MAX_TRANS_ID)
+
+
 RobustDocument = (Heartbeat | LinkReset | Withheld | GapRequest | RepairRequest
-                  | CapabilityQuery | Capabilities | LinkReply)
+                  | CapabilityQuery | Capabilities | LinkReply | PubStatusQuery | PubStatus)
 
 #: Root elements `decode_robust` reads: a service can dispatch on a document's root tag.
 ROBUST_ELEMENTS = frozenset({"heartbeat", "linkreset", "withheld", "gap", "repair",
-                             "capabilityquery", "capabilities", "linkreply"})
+                             "capabilityquery", "capabilities", "linkreply", "pubstatus"})
 
 
 # --- decoding -------------------------------------------------------------------------------
@@ -588,6 +618,8 @@ def _document(root: etree._Element) -> RobustDocument:
         return CapabilityQuery(_number(a["transID"], "transID", 1, MAX_TRANS_ID))
     if tag == "capabilities":
         return _capabilities(root)
+    if tag == "pubstatus":
+        return _pubstatus(root)
     if tag == "linkreply":
         a = _attrs(root, {"code", "transID", "link", "epoch", "linkseq", "oldest", "maxgap",
                           _XML_LANG}, {"code", "link"})
@@ -597,6 +629,25 @@ def _document(root: etree._Element) -> RobustDocument:
             _opt(a, "linkseq", high=MAX_LINK_SEQ), _opt(a, "oldest", high=MAX_LINK_SEQ),
             _opt(a, "maxgap", low=1), _text(root)[:MAX_TEXT_LEN])
     raise _bad(f"<{str(tag)[:40]}> is not a robust delivery document")
+
+
+_POSITION_ATTRS = {"source", "pubseq", "sourceseq"}
+
+
+def _pubstatus(root: etree._Element) -> PubStatusQuery | PubStatus:
+    """A query carries only its transID; an answer all of source, pubseq and sourceseq."""
+    _empty(root)
+    a = _attrs(root, {"transID"} | _POSITION_ATTRS, set())
+    given = _POSITION_ATTRS & a.keys()
+    if not given:
+        if "transID" not in a:
+            raise _bad("a pubstatus query carries its transID")
+        return PubStatusQuery(_number(a["transID"], "transID", 1, MAX_TRANS_ID))
+    if given != _POSITION_ATTRS:
+        raise _bad("a pubstatus answer carries source, pubseq and sourceseq")
+    return PubStatus(_source(a["source"]), _number(a["pubseq"], "pubseq"),
+                     _number(a["sourceseq"], "sourceseq"),
+                     _opt(a, "transID", low=1, high=MAX_TRANS_ID))
 
 
 _CAP_ATTRS = {"transID", "seqbits", "heartbeat", "linkretention", "maxgap", "maxrepair",
@@ -732,6 +783,11 @@ def encode_robust(doc: RobustDocument) -> bytes:
         text = f"{head}>{rows}</repair>" if rows else f"{head} />"
     elif isinstance(doc, CapabilityQuery):
         text = f"<capabilityquery transID='{doc.trans_id}' />"
+    elif isinstance(doc, PubStatusQuery):
+        text = f"<pubstatus transID='{doc.trans_id}' />"
+    elif isinstance(doc, PubStatus):
+        text = (f"<pubstatus{_a('transID', doc.trans_id)} source='{_esc(doc.source)}'"
+                f" pubseq='{doc.pubseq}' sourceseq='{doc.source_seq}' />")
     elif isinstance(doc, Capabilities):
         text = (f"<capabilities{_a('transID', doc.trans_id)} seqbits='{doc.seq_bits}'"
                 f" heartbeat='{doc.heartbeat_ms}' linkretention='{doc.link_retention_ms}'"

@@ -7,7 +7,10 @@ What arrives (draft-schwartz-apex-pubsub §4):
   refused on the data itself (500/501/553), since it has no transID to answer under.
 - data to `apex=pubsub/TOPIC@D` is a publication: refused on the data itself with 537 (no
   `core:data`) or 550 (no such topic), else appended to the journal and answered `ok` once Kafka
-  holds it. A subscribe or cancel sent there by another domain's pubsub service is that service
+  holds it. A copy of one already journaled (the same publisher seq, robust-binding §8) is
+  answered `ok` without a second record: `broker.publish_gate` decides, this maps its outcomes.
+  A `pubstatus` query to `apex=pubsub@D` is answered with where the requester's publishing
+  stands. A subscribe or cancel sent there by another domain's pubsub service is that service
   forwarding a request to us as its redistributor (§2.4, §4.5 step 4).
 
 What leaves: forwarding of journaled messages (`forward`, called with what the journal follower
@@ -31,8 +34,9 @@ from collections.abc import Callable, Iterable
 
 import structlog
 
-from broker.errors import ApexpsError, JournalUnavailable, ParameterSyntaxError
-from broker.journal import Appended, Journal
+from broker.errors import ApexpsError, ParameterSyntaxError
+from broker.journal import Journal, PublisherPosition
+from broker.publish_gate import Outcome, PublishGate
 from broker.pubsub import Forward, PubsubService
 from broker.records import JournalEntry, Publication, Subscription
 from broker.robust.config import RobustConfig
@@ -55,7 +59,15 @@ from ._pubsub_codec import (
     encode_pubsub,
 )
 from ._relay import ServiceResult
-from ._robust_codec import ROBUST_ELEMENTS, PublishMeta, decode_robust, find_publish_meta
+from ._robust_codec import (
+    ROBUST_ELEMENTS,
+    PublishMeta,
+    PubStatus,
+    PubStatusQuery,
+    decode_robust,
+    encode_robust,
+    find_publish_meta,
+)
 from ._sequenced import SequencedFanout
 
 __all__ = ["SERVICE", "PubsubHandler"]
@@ -111,6 +123,8 @@ class PubsubHandler:
         self._forwarded: dict[int, tuple[Endpoint, int]] = {}
         #: publications accepted in this event-loop turn, appended together
         self._batch: list[tuple[Publication, asyncio.Future[Iterable[Data]]]] = []
+        #: drops copies of publications already journaled (publisher seqs, §8)
+        self.gate = PublishGate(journal, defer=self._loop.call_soon_threadsafe)
         #: transIDs of requests the service itself sent (redistribution) -> their reply
         self._own: dict[int, asyncio.Future[Reply]] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -168,7 +182,10 @@ class PubsubHandler:
 
     def on_data(self, data: Data, recipient: Endpoint) -> ServiceResult:
         if recipient.subaddress is None:
-            if self.sequenced is not None and _root_tag(data.content) in ROBUST_ELEMENTS:
+            tag = _root_tag(data.content)
+            if tag == "pubstatus":
+                return self._pubstatus(data.originator, decode_robust(data.content))
+            if self.sequenced is not None and tag in ROBUST_ELEMENTS:
                 doc = decode_robust(data.content)
                 return asyncio.ensure_future(self.sequenced.request(data.originator, doc))
             op = decode_pubsub(data.content)
@@ -209,24 +226,23 @@ class PubsubHandler:
 
     def _append_batch(self) -> None:
         batch, self._batch = self._batch, []
-        futures = [done for _, done in batch]
+        self.gate.append_many([pub for pub, _ in batch],
+                              functools.partial(_resolve_all, [done for _, done in batch]))
 
-        def settled(results: list[Appended | JournalUnavailable]) -> None:
-            self._loop.call_soon_threadsafe(_resolve_all, futures, results)
+    def _pubstatus(self, originator: Endpoint, doc: object) -> asyncio.Future[Iterable[Data]]:
+        """§8: the requester's position, once what it has in flight has settled."""
+        if not isinstance(doc, PubStatusQuery):
+            raise ParameterSyntaxError("<pubstatus> with a position is an answer, not a query")
+        answered: asyncio.Future[Iterable[Data]] = self._loop.create_future()
 
-        try:
-            self.journal.append_many([pub for pub, _ in batch], settled)
-        except ApexpsError:
-            # One publication the journal refuses must not sink the rest: one at a time.
-            for pub, done in batch:
-                try:
-                    self.journal.append(pub, functools.partial(self._settled_one, done))
-                except ApexpsError as exc:
-                    done.set_exception(exc)
+        def answer(pos: PublisherPosition) -> None:
+            status = PubStatus(str(originator), pos.publisher_seq, pos.source_seq, doc.trans_id)
+            if not answered.done():
+                answered.set_result([Data(self.endpoint, (originator,), encode_robust(status),
+                                          BEEP_XML, content_ref="#Content")])
 
-    def _settled_one(self, done: asyncio.Future[Iterable[Data]], err: Exception | None,
-                     _res: Appended | None) -> None:
-        self._loop.call_soon_threadsafe(_resolve, done, err)
+        self.gate.position(str(originator), answer)
+        return answered
 
     async def _manage(self, originator: Endpoint, op: PubsubOperation) -> list[Data]:
         if isinstance(op, Reply):
@@ -352,8 +368,8 @@ class PubsubHandler:
                 self._send(notice)
 
 
-def _resolve_all(futures: list[asyncio.Future[Iterable[Data]]],
-                 results: list[Appended | JournalUnavailable]) -> None:
+def _resolve_all(futures: list[asyncio.Future[Iterable[Data]]], results: list[Outcome]) -> None:
+    """Appended and AlreadyDurable are both `ok` (durable); an error is the data's error."""
     for done, result in zip(futures, results, strict=True):
         _resolve(done, result if isinstance(result, Exception) else None)
 

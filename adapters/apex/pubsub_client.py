@@ -13,6 +13,8 @@ offers. A subscriber stub takes one link over with `listen_link`: everything of 
 stamped deliveries, heartbeats, resets, and each `linkreply` no request of this client awaits --
 goes to its listener instead of `events()`, and it sends its requests with `post` under transIDs
 from `new_trans_id`, so they never collide with this client's own (see robust_client.py).
+`pubstatus` asks where our publishing stands (§8); `adapters.apex.publisher` builds
+duplicate-free, resending publishing on it.
 
 With `connect(..., reconnect=ReconnectPolicy(...))` it rides a `ReconnectingApexClient`: a lost
 connection is re-dialled and the endpoint re-attached, and `events()` goes on across it. A
@@ -58,6 +60,8 @@ from ._robust_codec import (
     GapRequest,
     LinkReply,
     PublishMeta,
+    PubStatus,
+    PubStatusQuery,
     RepairRequest,
     RobustDocument,
     SourcePosition,
@@ -99,7 +103,7 @@ class LinkEvent:
     document: RobustDocument
 
 
-_Answer = Reply | TopicList | LinkReply | Capabilities
+_Answer = Reply | TopicList | LinkReply | Capabilities | PubStatus
 _PUBSUB_OPS = (Cancel, CreateTopic, DeleteTopic, ListTopics, Reply, Subscribe, TopicList)
 
 
@@ -261,6 +265,15 @@ class PubsubClient:
         """Stop `listen_link`; the link's traffic goes to `events()` again."""
         self._links.pop(link, None)
 
+    async def pubstatus(self) -> PubStatus:
+        """Where our publishing stands (§8): the highest publisher seq the broker holds durably
+        from us and our newest source seq (0: none). The broker answers once what we had in
+        flight has settled, so a publisher that continues at `pubseq + 1` sends only news."""
+        trans = self.new_trans_id()
+        answer = await self._ask(PubStatusQuery(trans), trans)
+        assert isinstance(answer, PubStatus)
+        return answer
+
     async def cancel(self, topic: str, subscriber: Endpoint | str | None = None) -> None:
         trans = self.new_trans_id()
         await self._ask(Cancel(topic, trans, self._endpoint(subscriber)), trans)
@@ -337,7 +350,7 @@ class PubsubClient:
             doc = decode_robust(data.content)
         except ApexpsError:
             return True
-        if isinstance(doc, LinkReply | Capabilities):
+        if isinstance(doc, LinkReply | Capabilities | PubStatus):
             future = self._waiting.get(doc.trans_id) if doc.trans_id else None
             if future is not None and not future.done():
                 future.set_result(doc)

@@ -22,13 +22,29 @@ import json
 import os
 import signal
 import sys
+import threading
+import time
+from collections.abc import AsyncIterator
 from dataclasses import asdict
-from typing import Any
+from typing import IO, Any
 
 import structlog
 
 from adapters.apex._robust_codec import Stamp
+from adapters.apex.publisher import (
+    DEFAULT_MAX_IN_FLIGHT,
+    DEFAULT_WINDOW,
+    PublisherStats,
+    ReliablePublisher,
+)
 from adapters.apex.pubsub_client import Delivered, Ended, PubsubClient
+from adapters.apex.reconnect import (
+    ConnectionEvent,
+    Disconnected,
+    Reconnected,
+    ReconnectingApexClient,
+    ReconnectPolicy,
+)
 from adapters.apex.robust_client import Message, RobustSubscriber
 from adapters.cli.client_cmd import FOREVER, _common, add_reconnect_option, content_fields
 from adapters.cli.security import client_security
@@ -36,6 +52,15 @@ from adapters.cli.security import client_security
 __all__ = ["register"]
 
 log = structlog.get_logger(__name__)
+
+#: `apexps publish` rides out a broker restart: it re-dials every few seconds, for half an hour.
+PUBLISH_RECONNECT = ReconnectPolicy(max_attempts=360, wait=0.25, wait_max=5.0)
+#: A progress line on stderr this often (seconds), once a run lasts that long.
+PROGRESS_EVERY_S = 2.0
+#: Bytes read from the input at a time (off the event loop, so acks keep flowing meanwhile).
+READ_CHUNK = 64 * 1024
+#: What `--type` offers: XEP-0040's publish types (snapshot is a subscriber's request).
+PUBLISH_TYPES = ("update", "correction", "image", "drop", "add")
 
 
 async def _connect(args: argparse.Namespace) -> PubsubClient:
@@ -69,25 +94,97 @@ def _read_all(path: str) -> bytes:
         return f.read()
 
 
+async def _lines(stream: IO[bytes]) -> AsyncIterator[bytes]:
+    """The input's lines without their line end. A daemon thread reads: a pipe that is slow to
+    fill must not stall the event loop, which meanwhile takes acks and reconnects, and Ctrl-C
+    must not wait for a read of a terminal to return (the default executor would). It stays at
+    most a few chunks ahead of the publisher."""
+    loop = asyncio.get_running_loop()
+    chunks: asyncio.Queue[bytes] = asyncio.Queue(maxsize=4)
+
+    def read() -> None:
+        try:
+            while chunk := stream.read1(READ_CHUNK):  # type: ignore[attr-defined]
+                asyncio.run_coroutine_threadsafe(chunks.put(chunk), loop).result()
+        except OSError as exc:
+            log.error("reading the input failed", error=str(exc))
+        finally:  # the end (b""), also after an error; nothing to tell if the loop is gone
+            with contextlib.suppress(RuntimeError):
+                asyncio.run_coroutine_threadsafe(chunks.put(b""), loop)
+
+    threading.Thread(target=read, name="apexps-publish-input", daemon=True).start()
+    rest = b""
+    while chunk := await chunks.get():
+        *lines, rest = (rest + chunk).split(b"\n")
+        for line in lines:
+            yield line.removesuffix(b"\r")
+    if rest:
+        yield rest.removesuffix(b"\r")
+
+
+class _Progress:
+    """Progress of a long `apexps publish` on stderr, and what happens to the connection."""
+
+    def __init__(self, topic: str, stats: PublisherStats) -> None:
+        self.topic, self.stats = topic, stats
+        self.started = time.monotonic()
+        self.read = 0
+
+    def connection(self, event: ConnectionEvent) -> None:
+        if isinstance(event, Disconnected):
+            _say(f"connection to the broker lost; reconnecting (acknowledged so far:"
+                 f" {self.stats.acked})")
+        elif isinstance(event, Reconnected):
+            _say(f"reconnected after {event.attempts} attempt(s); sending again what is not"
+                 " yet acknowledged")
+
+    async def run(self, publisher: ReliablePublisher) -> None:
+        while True:
+            await asyncio.sleep(PROGRESS_EVERY_S)
+            s = self.stats
+            rate = s.acked / max(time.monotonic() - self.started, 1e-9)
+            _say(f"{s.acked} published to {self.topic} ({rate:,.0f}/s), read {self.read},"
+                 f" unacknowledged {publisher.unacknowledged}, resent {s.resent},"
+                 f" reconnects {s.disconnects}")
+
+
+def _say(text: str) -> None:
+    print(f"apexps: {text}", file=sys.stderr, flush=True)
+
+
 async def _publish(args: argparse.Namespace) -> int:
-    client = await _connect(args)
-    sent = 0
+    body = None if args.lines else _read_all(args.file)
+    host, port = args.server
+    client = await PubsubClient.connect(host, port, args.endpoint, reconnect=PUBLISH_RECONNECT,
+                                        **client_security(args))
+    meta: dict[str, Any] = {"publish_type": args.type, "message_id": args.message_id,
+                            "token": args.token}
+    stats = PublisherStats()
+    reporter: asyncio.Task[None] | None = None
     try:
-        if not args.lines:
-            await client.publish(args.topic, _read_all(args.file), args.content_type)
-            sent = 1
+        publisher = await ReliablePublisher.start(client, window=args.window)
+        stats = publisher.stats
+        progress = _Progress(args.topic, stats)
+        assert isinstance(client.client, ReconnectingApexClient)
+        client.client.add_listener(progress.connection)
+        if body is not None:
+            await publisher.send(args.topic, body, args.content_type, **meta)
         else:
+            reporter = asyncio.create_task(progress.run(publisher))
             stream = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")  # noqa: SIM115
             with stream:
-                for line in stream:
-                    body = line.rstrip(b"\r\n")
-                    await client.publish(args.topic, body, args.content_type)
-                    sent += 1  # counted only once the broker said ok (durable)
-                    if sent % 1000 == 0:
-                        log.info("publishing", topic=args.topic, sent=sent)
+                async for line in _lines(stream):
+                    if stats.errors:
+                        break  # the service said no: stop here (flush reports it)
+                    progress.read += 1
+                    await publisher.send(args.topic, line, args.content_type, **meta)
+        await publisher.flush()
     finally:
-        print(f"published {sent} message{'s' if sent != 1 else ''} to {args.topic}",
-              file=sys.stderr)
+        if reporter is not None:
+            reporter.cancel()
+        # counted only once the broker said ok (durable)
+        print(f"published {stats.acked} message{'s' if stats.acked != 1 else ''} to"
+              f" {args.topic}", file=sys.stderr)
         await client.close()
     return 0
 
@@ -211,14 +308,39 @@ def register(sub: Any) -> None:
     topic.set_defaults(func=_run_topic)
 
     pub = sub.add_parser(
-        "publish", help="publish FILE (or stdin) to a topic",
-        description="Publish one message (the whole input) or, with --lines, one message per"
-                    " input line; each is counted as sent only once the broker answered ok,"
-                    " which it does once the message is durable in Kafka.")
-    pub.add_argument("--topic", required=True)
-    pub.add_argument("--lines", action="store_true", help="one message per input line")
+        "publish", help="publish FILE (or stdin) to a topic, each message exactly once",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Publish one message (the whole input) or, with --lines, one message\n"
+                    "per input line.\n\n"
+                    "Each message is counted as published only once the broker answered ok,\n"
+                    "which it does once the message is durable in Kafka. Messages are numbered\n"
+                    "(publisher seqs) after where this endpoint's publishing stands, so the\n"
+                    "broker keeps each one exactly once: if the connection is lost or the\n"
+                    "broker restarts, apexps reconnects (every few seconds, for up to half an\n"
+                    "hour) and sends again whatever is not yet acknowledged.",
+        epilog="Run one publisher per endpoint at a time: two numbering the same endpoint's\n"
+               "messages would take each other's for copies (use another endpoint, e.g.\n"
+               "fred/appl=feed2@example.com, for a second one).\n\n"
+               "examples:\n"
+               "  apexps publish --topic equity.quote --as fred@example.com quote.xml\n"
+               "  tail -f ticks.log | apexps publish --topic ticks --lines --as feed@example.com\n"
+               "  apexps publish --topic equity.quote --type image --message-id IBM \\\n"
+               "      --as fred@example.com --content-type application/xml ibm.xml")
+    pub.add_argument("--topic", required=True, help="the topic to publish to")
+    pub.add_argument("--lines", action="store_true",
+                     help="one message per input line (without its line end); progress every"
+                          f" {PROGRESS_EVERY_S:g} s on stderr")
     pub.add_argument("--content-type", default="application/octet-stream",
                      help="media type of each message (default: %(default)s)")
+    pub.add_argument("--type", default="update", choices=PUBLISH_TYPES,
+                     help="the publish type of every message (XEP-0040; default: %(default)s)")
+    pub.add_argument("--message-id", metavar="ID",
+                     help="the data item the messages act on, with the topic (e.g. IBM)")
+    pub.add_argument("--token", metavar="TOKEN",
+                     help="the in-band permission token every message carries")
+    pub.add_argument("--window", type=_positive, default=DEFAULT_WINDOW, metavar="N",
+                     help="messages kept unacknowledged at most, to send again after a"
+                          " reconnect (default: %(default)s)")
     pub.add_argument("file", nargs="?", default="-", metavar="FILE|-",
                      help="what to publish (default: stdin)")
     _common(pub)
@@ -269,6 +391,16 @@ examples:
   apexps subscribe --as jade@example.com --topic equity.quote \\
       --link desk-1 --state desk-1.json
 """
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value < DEFAULT_MAX_IN_FLIGHT:
+        raise argparse.ArgumentTypeError(f"at least {DEFAULT_MAX_IN_FLIGHT}, not {value}")
+    return value
 
 
 def _run_topic(args: argparse.Namespace) -> int:

@@ -24,6 +24,8 @@ from adapters.apex._robust_codec import (
     LinkReply,
     LinkReset,
     PublishMeta,
+    PubStatus,
+    PubStatusQuery,
     RepairRequest,
     RobustDocument,
     SourcePosition,
@@ -141,6 +143,21 @@ def test_answer_examples() -> None:
                                                tuple(PublishType), "tokens", 3)
 
 
+def test_pubstatus_examples() -> None:
+    """§8: the pubstatus query and its answer, each valid by the DTD, both ways."""
+    docs = {
+        b"<pubstatus transID='4' />": PubStatusQuery(4),
+        b"<pubstatus transID='4' source='fred@example.com' pubseq='17' sourceseq='7547392' />":
+            PubStatus("fred@example.com", 17, 7547392, 4),
+        b"<pubstatus source='fred@example.com' pubseq='0' sourceseq='0' />":
+            PubStatus("fred@example.com", 0, 0),
+    }
+    for xml, doc in docs.items():
+        _valid(xml)
+        assert decode_robust(xml) == doc
+        assert encode_robust(doc) == xml
+
+
 def test_stamp_travels_beside_inre_in_an_apex_data() -> None:
     """The stamp is an option of the recipient: through the APEX codec and back, intact."""
     stamp = Stamp("desk-1", 65535, StampKind.DATA, 0, "fred@example.com", 9, PublishType.IMAGE,
@@ -203,6 +220,8 @@ _docs: st.SearchStrategy[RobustDocument] = st.one_of(
                        unique_by=lambda p: p.source).map(tuple),
               st.none() | _longs, st.none() | _longs),
     st.builds(CapabilityQuery, _ids),
+    st.builds(PubStatusQuery, _ids),
+    st.builds(PubStatus, _sources, _longs, _longs, st.none() | _ids),
     st.builds(Capabilities, st.sampled_from([16, 32, 64]), st.integers(1, 2**63 - 1),
               st.integers(1, 2**63 - 1), st.integers(1, 2**63 - 1), st.integers(1, 2**63 - 1),
               st.integers(-1, 2**63 - 1),
@@ -312,6 +331,14 @@ def test_foreign_or_doubled_stamp_options() -> None:
     (b"<repair link='L' transID='1'>" + b"<source name='a@b.c' after='1' />" * 4097
      + b"</repair>", InvalidParameter),
     (b"<capabilityquery />", ParameterSyntaxError),
+    (b"<pubstatus />", ParameterSyntaxError),                                   # no transID
+    (b"<pubstatus transID='1' pubseq='3' />", ParameterSyntaxError),            # half an answer
+    (b"<pubstatus source='a@b.c' pubseq='-1' sourceseq='0' />", ParameterSyntaxError),
+    (b"<pubstatus source='a@b.c' pubseq='1' sourceseq='" + b"9" * 30 + b"' />",
+     ParameterSyntaxError),
+    (b"<pubstatus source='nobody' pubseq='1' sourceseq='1' />", InvalidParameter),
+    (b"<pubstatus transID='1' colour='red' />", ParameterSyntaxError),
+    (b"<pubstatus transID='1'>x</pubstatus>", ParameterSyntaxError),
     (b"<capabilities seqbits='24' heartbeat='1' linkretention='1' maxgap='1' maxrepair='1'"
      b" journalretention='1' />", ParameterSyntaxError),
     (b"<capabilities seqbits='16' heartbeat='1' linkretention='1' maxgap='1' maxrepair='1'"
