@@ -9,7 +9,8 @@ the service sends unprompted — forwarded messages and the cancel that ends a s
 Robust delivery (docs/robust-binding.md): each `Delivered` carries its sequence stamp when the
 broker sequences deliveries; heartbeats and resets are yielded as `LinkEvent` when asked for
 (`link_events=True`); `gap` asks for a link range again and `capabilities` what the service
-offers.
+offers. `subscribe(..., snapshot=True)` first gets the current state of the topic's data items
+and `snapshot` gets it once, without subscribing (§9): those items' stamps say `snapshot`.
 
 With `connect(..., reconnect=ReconnectPolicy(...))` it rides a `ReconnectingApexClient`: a lost
 connection is re-dialled and the endpoint re-attached, and `events()` goes on across it. A
@@ -53,6 +54,7 @@ from ._robust_codec import (
     LinkReply,
     PublishMeta,
     RobustDocument,
+    SnapshotRequest,
     Stamp,
     decode_robust,
     encode_robust,
@@ -185,11 +187,22 @@ class PubsubClient:
 
     async def subscribe(self, topic: str, duration: int = 3600,
                         subscriber: Endpoint | str | None = None,
-                        link: str | None = None) -> None:
-        """`link`: the link the subscription's data travel on (default: the subscriber)."""
+                        link: str | None = None, *, snapshot: bool = False) -> None:
+        """`link`: the link the subscription's data travel on (default: the subscriber).
+        `snapshot`: the link first carries the current images and deltas of the topic's data
+        items (stamp.snapshot), then live data (robust-binding §9)."""
         trans = next(self._trans_ids)
         who = self._endpoint(subscriber)
-        await self._ask(Subscribe(who, topic, trans, duration, link), trans)
+        await self._ask(Subscribe(who, topic, trans, duration, link, snapshot), trans)
+
+    async def snapshot(self, topic: str, message_id: str | None = None,
+                       link: str | None = None) -> None:
+        """The current images and deltas of `topic`'s data items (or of one item) once, on
+        `link` (default: our endpoint), without subscribing (robust-binding §9). They arrive
+        from `events()` (stamp.snapshot) before this returns; a refusal raises its
+        `ApexpsError` (550 unknown topic, 537, …)."""
+        trans = next(self._trans_ids)
+        await self._ask(SnapshotRequest(topic, trans, message_id, link), trans)
 
     async def gap(self, link: str, link_from: int, link_to: int | None = None,
                   epoch: int | None = None) -> LinkReply:
