@@ -95,7 +95,7 @@ class BrokerCore:
     def close(self) -> None:
         if self._producer is not None:
             try:
-                self.items.checkpoint()  # a no-op unless this process recovered the items
+                self.items.close()  # a no-op unless this process recovered the items
             except ApexpsError as exc:
                 log.warning("items not checkpointed at close; the next start replays more",
                             error=str(exc))

@@ -417,6 +417,14 @@ class ItemStore:
                 raise JournalUnavailable("item checkpoint failed; its items stay dirty")
             return
 
+    def close(self, timeout_s: float = 30.0) -> None:
+        """A last checkpoint, then no more: the producer is about to close."""
+        try:
+            self.checkpoint(timeout_s)
+        finally:
+            with self._lock:
+                self._enabled = False
+
     def _begin(self) -> _Round | None:
         """Capture what changed (under the lock: references only) and send it; None if there
         is nothing to write."""

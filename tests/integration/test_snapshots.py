@@ -204,6 +204,15 @@ async def _requests(config: KafkaConfig) -> None:
                    == "barney@example.com" for d in got)
         assert _as_state(got) == state  # SECRET is not among them
         assert [d.stamp.link_seq for d in got if d.stamp] == list(range(1, len(got) + 1))
+        # The link log knows they were snapshot copies: a gap fill resends them marked so.
+        await barney.gap("barney@example.com", 1, 2)
+        refilled = [e for e in await _until(events, lambda e: isinstance(e, Delivered)
+                                            and e.stamp is not None and e.stamp.link_seq == 2)
+                    if isinstance(e, Delivered)]
+        assert [(d.stamp.link_seq, d.stamp.source_seq, d.stamp.snapshot, d.stamp.refill)
+                for d in refilled if d.stamp] == [
+            (d.stamp.link_seq, d.stamp.source_seq, True, True) for d in got[:2] if d.stamp]
+        assert [d.content for d in refilled] == [d.content for d in got[:2]]
         # one item only; an item without state is an empty answer
         await pub.publish(TOPIC, b"<q late='1' />", publish_type="update", message_id="IBM")
         await _until(fred_events, lambda e: _live_seq(e, len(feed) + 2))
