@@ -60,6 +60,8 @@ class BrokerApp:
 
     async def start(self) -> None:
         self.report = await asyncio.to_thread(self.core.open)  # blocking Kafka reads
+        # Item state before the follower: it starts where the state's journal replay ended.
+        self.items_report = await asyncio.to_thread(self.core.items.recover, self._created)
         self.access = AccessControl(self.core.access)
         await asyncio.to_thread(self._provision_access)
         self.access.start_following()
@@ -71,10 +73,11 @@ class BrokerApp:
         self.server = ApexServer(self.relay, host=self.host, port=self.port, **self.security)
         self.handler = PubsubHandler(self.service, self.core.journal, self.server.send,
                                      self.core.links if self.sequenced else None,
-                                     self.core.robust)
+                                     self.core.robust, items=self.core.items)
         self.relay.register_service(SERVICE, self.handler)
         self.follower = await asyncio.to_thread(
-            JournalFollower, self.config, self.core.codec, self.handler.forward_threadsafe)
+            JournalFollower, self.config, self.core.codec, self.handler.forward_threadsafe,
+            start=self.core.items.resume_positions())
         if self.handler.sequenced is not None:
             self.handler.sequenced.follow(self.follower.start_positions)
         self.follower.start()
@@ -86,6 +89,11 @@ class BrokerApp:
         self.port = self.server.port
         for peer_domain, host, port in self.peers:
             self.server.connect_peer(peer_domain, host, port)
+
+    def _created(self, topic: str) -> int | None:
+        """When `topic` was created (None: it does not exist), for the item store."""
+        found = self.core.topics.get(topic)
+        return None if found is None else found.created_at
 
     def _provision_access(self) -> None:
         if self.access_file is not None:

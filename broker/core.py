@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import structlog
 
 from broker.codec import Codec, default_codec
-from broker.errors import InvalidParameter
+from broker.errors import ApexpsError, InvalidParameter
 from broker.holds import HeldData
 from broker.journal import Journal, RecoveryReport
 from broker.kafka_io import KafkaConfig, KafkaProducer, ensure_topics
@@ -20,6 +20,7 @@ from broker.names import validate_topic
 from broker.records import AccessEntry, Subscription, Topic, now_ms
 from broker.registry import Registry
 from broker.robust.config import RobustConfig
+from broker.robust.items import ItemStore
 from broker.robust.links import LinkLog, LinkRecoveryReport
 
 __all__ = ["BrokerCore", "OpenReport"]
@@ -61,6 +62,8 @@ class BrokerCore:
             c.topic("links"): (c.link_partitions, {
                 "cleanup.policy": "delete", "retention.ms": str(c.link_retention_ms)}),
             c.topic("linkindex"): (1, _COMPACT),
+            # The current image and deltas of every data item (broker/robust/items.py).
+            c.topic("items"): (1, _COMPACT),
         }
 
     def open(self) -> OpenReport:
@@ -79,6 +82,9 @@ class BrokerCore:
             k, p, c, role="holds", schema="held_data", from_avro=HeldData.from_avro)
         self.holds.load()
         self.links = LinkLog(k, p, c, bits=self.robust.seq_bits, max_gap=self.robust.max_gap)
+        # Recovered (and from then on written) only by the broker that serves the live path:
+        # `BrokerApp` calls `items.recover()`; tools that open the core leave it alone.
+        self.items = ItemStore(k, p, c)
         report = OpenReport(self.journal.recover(), self.topics.load(),
                             self.subscriptions.load(), self.access.load(), self.links.recover())
         log.info("broker core open", bootstrap=k.bootstrap, namespace=k.namespace,
@@ -88,6 +94,11 @@ class BrokerCore:
 
     def close(self) -> None:
         if self._producer is not None:
+            try:
+                self.items.close()  # a no-op unless this process recovered the items
+            except ApexpsError as exc:
+                log.warning("items not checkpointed at close; the next start replays more",
+                            error=str(exc))
             self._producer.close()
             self._producer = None
 

@@ -11,7 +11,8 @@ Where the DTD and the prose disagree (specs/draft-schwartz-apex-pubsub-NOTES.md)
 - `listtopics` and `topiclist` take an optional `transID` (the prose says the reply has one);
 - `reply` is the APEX core's (RFC 3340 §6.1.2): code, optional transID, diagnostic text.
 `subscribe` takes apexps's optional `link` (docs/robust-binding.md §3): the link its data
-travel on; None means the default, the subscriber endpoint.
+travel on; None means the default, the subscriber endpoint; and `snapshot` (§9): 'true' asks for
+the current state of the topic's data items first.
 Encoding uses the drafts' layout (single quotes, " />") so their examples are golden test data.
 """
 
@@ -71,6 +72,7 @@ class Subscribe:
     trans_id: int
     duration: int
     link: str | None = None
+    snapshot: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,13 +142,16 @@ def decode_pubsub(content: bytes) -> PubsubOperation:
         return ListTopics(_trans_id(a) if "transID" in a else None)
     if tag == "subscribe":
         _empty(root)
-        a = _attrs(root, {"subscriber", "topic", "transID", "duration", "link"},
+        a = _attrs(root, {"subscriber", "topic", "transID", "duration", "link", "snapshot"},
                    {"subscriber", "topic", "transID", "duration"})
         # A duration ≤ 0 is well-formed: the service answers it with 553 (§4.5 step 3).
         duration = _number(a["duration"], "duration", -MAX_SECONDS, MAX_SECONDS)
         link = validate_link_id(a["link"]) if "link" in a else None
+        snapshot = a.get("snapshot", "false")
+        if snapshot not in ("true", "false"):
+            raise ParameterSyntaxError("snapshot is true or false")
         return Subscribe(Endpoint.parse(a["subscriber"]), a["topic"], _trans_id(a), duration,
-                         link)
+                         link, snapshot == "true")
     if tag == "cancel":
         _empty(root)
         a = _attrs(root, {"subscriber", "topic", "transID"}, {"topic", "transID"})
@@ -194,7 +199,8 @@ def encode_pubsub(op: PubsubOperation) -> bytes:
     elif isinstance(op, Subscribe):
         text = (f"<subscribe subscriber='{_esc(str(op.subscriber))}' topic='{_esc(op.topic)}'"
                 f" duration='{op.duration}' transID='{op.trans_id}'"
-                f"{'' if op.link is None else f' link={_quote(op.link)}'} />")
+                f"{'' if op.link is None else f' link={_quote(op.link)}'}"
+                f"{' snapshot=' + _quote('true') if op.snapshot else ''} />")
     elif isinstance(op, Cancel):
         who = "" if op.subscriber is None else f" subscriber='{_esc(str(op.subscriber))}'"
         text = f"<cancel{who} topic='{_esc(op.topic)}' transID='{op.trans_id}' />"

@@ -7,9 +7,9 @@ Three kinds of thing travel:
 - the sequence stamp, an APEX option `apexps.seq` in each recipient element of delivered data,
   holding one `<seq … />` (`Stamp`; `stamp_option`, `find_stamp`, `decode_stamp`);
 - documents carried as data content: `heartbeat`, `linkreset` and `withheld` (what heartbeat,
-  reset and withheld data hold), `gap`, `repair`, `capabilityquery` and `pubstatus` (sent to
-  `apex=pubsub@D`), `linkreply`, `capabilities` and `pubstatus` with a position (its answers) —
-  `decode_robust`, `encode_robust`.
+  reset and withheld data hold), `gap`, `repair`, `capabilityquery`, `snapshot` and `pubstatus`
+  (sent to `apex=pubsub@D`), `linkreply`, `capabilities` and `pubstatus` with a position (its
+  answers) — `decode_robust`, `encode_robust`.
 
 Parsed with the one hardened parser (`broker.xml_safe`), as `_pubsub_codec` does: XML that does
 not parse or is hostile is 500; XML that does not fit the DTD (unknown element or attribute,
@@ -67,6 +67,7 @@ __all__ = [
     "PublishMeta",
     "RepairRequest",
     "RobustDocument",
+    "SnapshotRequest",
     "SourcePosition",
     "Stamp",
     "StampKind",
@@ -150,7 +151,8 @@ class Stamp:
     it is (`source`, `source_seq`) and how to read it (`publish_type`, `topic`, `token`,
     `message_id`). `time` is the journal time (data) or a lower bound for what follows
     (heartbeat, reset); `refill` marks a gap-fill copy; `repair` is the transID of the source
-    repair a reset answers.
+    repair a reset answers; `snapshot` marks a data item's image or delta sent as state, not
+    live traffic (§9).
     """
 
     link: str
@@ -166,6 +168,7 @@ class Stamp:
     time: int | None = None
     refill: bool = False
     repair: int | None = None
+    snapshot: bool = False
 
     def __post_init__(self) -> None:
         validate_link_id(self.link)
@@ -197,6 +200,8 @@ class Stamp:
             _check_int(self.repair, "repair", 1, MAX_TRANS_ID)
         if self.refill and self.kind is StampKind.RESET:
             raise _bad("a reset is never refilled")
+        if self.snapshot and self.kind is not StampKind.DATA:
+            raise _bad("only data is a snapshot copy")
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,6 +312,26 @@ class RepairRequest:
             _check_int(self.since, "since", 0, MAX_LONG)
         if self.epoch is not None:
             _check_int(self.epoch, "epoch", 0, MAX_LONG)
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotRequest:
+    """XEP-0040 §3.1 `snapshot`: the current state of `topic`'s data items (or of the one named
+    `message_id`) once, on the requester's `link` (None: its endpoint), then a reply; no
+    subscription (§9)."""
+
+    topic: str
+    trans_id: int
+    message_id: str | None = None
+    link: str | None = None
+
+    def __post_init__(self) -> None:
+        validate_topic(self.topic)
+        _check_int(self.trans_id, "transID", 1, MAX_TRANS_ID)
+        if self.message_id is not None:
+            _check_text(self.message_id, "a message-id", MAX_MESSAGE_ID_LEN)
+        if self.link is not None:
+            validate_link_id(self.link)
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,11 +449,13 @@ class PubStatus:
 
 
 RobustDocument = (Heartbeat | LinkReset | Withheld | GapRequest | RepairRequest
-                  | CapabilityQuery | Capabilities | LinkReply | PubStatusQuery | PubStatus)
+                  | CapabilityQuery | Capabilities | LinkReply | PubStatusQuery | PubStatus
+                  | SnapshotRequest)
 
 #: Root elements `decode_robust` reads: a service can dispatch on a document's root tag.
 ROBUST_ELEMENTS = frozenset({"heartbeat", "linkreset", "withheld", "gap", "repair",
-                             "capabilityquery", "capabilities", "linkreply", "pubstatus"})
+                             "capabilityquery", "capabilities", "linkreply", "pubstatus",
+                             "snapshot"})
 
 
 # --- decoding -------------------------------------------------------------------------------
@@ -481,7 +508,7 @@ def _parse(content: bytes, limit: int, depth: int, what: str) -> etree._Element:
 
 
 _STAMP_ATTRS = {"link", "epoch", "linkseq", "kind", "source", "sourceseq", "type", "topic",
-                "token", "messageid", "time", "refill", "repair"}
+                "token", "messageid", "time", "refill", "repair", "snapshot"}
 
 
 def _stamp(root: etree._Element) -> Stamp:
@@ -499,9 +526,9 @@ def _stamp(root: etree._Element) -> Stamp:
             ptype = PublishType(a["type"])
         except ValueError:
             raise _bad(f"{a['type'][:40]!r} is not a publish type") from None
-    refill = a.get("refill", "false")
-    if refill not in ("true", "false"):
-        raise _bad("refill is true or false")
+    refill, snapshot = a.get("refill", "false"), a.get("snapshot", "false")
+    if refill not in ("true", "false") or snapshot not in ("true", "false"):
+        raise _bad("refill and snapshot are true or false")
     return Stamp(
         link=validate_link_id(a["link"]),
         link_seq=_link_seq(a["linkseq"], "linkseq"),
@@ -516,6 +543,7 @@ def _stamp(root: etree._Element) -> Stamp:
         time=_opt(a, "time"),
         refill=refill == "true",
         repair=_opt(a, "repair", "repair", 1, MAX_TRANS_ID),
+        snapshot=snapshot == "true",
     )
 
 
@@ -612,6 +640,13 @@ def _document(root: etree._Element) -> RobustDocument:
         return RepairRequest(validate_link_id(a["link"]),
                              _number(a["transID"], "transID", 1, MAX_TRANS_ID),
                              tuple(positions), _opt(a, "since"), _opt(a, "epoch"))
+    if tag == "snapshot":
+        _empty(root)
+        a = _attrs(root, {"topic", "messageid", "link", "transID"}, {"topic", "transID"})
+        return SnapshotRequest(validate_topic(a["topic"]),
+                               _number(a["transID"], "transID", 1, MAX_TRANS_ID),
+                               a.get("messageid"),
+                               validate_link_id(a["link"]) if "link" in a else None)
     if tag == "capabilityquery":
         _empty(root)
         a = _attrs(root, {"transID"}, {"transID"})
@@ -726,7 +761,7 @@ def encode_stamp(stamp: Stamp) -> str:
         return data_stamp_xml(s.link, s.link_seq, epoch=s.epoch, source=s.source or "",
                               source_seq=s.source_seq or 0, publish_type=str(s.publish_type),
                               topic=s.topic or "", token=s.token, message_id=s.message_id,
-                              time=s.time, refill=s.refill)
+                              time=s.time, refill=s.refill, snapshot=s.snapshot)
     text = f"<seq link='{_esc(s.link)}'"
     if s.epoch:
         text += f" epoch='{s.epoch}'"
@@ -738,7 +773,7 @@ def encode_stamp(stamp: Stamp) -> str:
 def data_stamp_xml(link: str, link_seq: int, *, epoch: int, source: str, source_seq: int,
                    publish_type: str, topic: str, token: str | None = None,
                    message_id: str | None = None, time: int | None = None,
-                   refill: bool = False) -> str:
+                   refill: bool = False, snapshot: bool = False) -> str:
     """A data stamp's `<seq … />` straight from trusted values (a link record and its journal
     entry, both checked when they were written): the fan-out's per-delivery path, without
     building and checking a `Stamp` (which costs about as much again)."""
@@ -746,6 +781,8 @@ def data_stamp_xml(link: str, link_seq: int, *, epoch: int, source: str, source_
     if epoch:
         head += f" epoch='{epoch}'"
     tail = " refill='true' />" if refill else " />"
+    if snapshot:
+        tail = " snapshot='true'" + tail
     return (f"{head} linkseq='{link_seq}' kind='data' source='{_esc(source)}'"
             f" sourceseq='{source_seq}' type='{publish_type}' topic='{_esc(topic)}'"
             f"{_a('token', token)}{_a('messageid', message_id)}{_a('time', time)}{tail}")
@@ -788,6 +825,9 @@ def encode_robust(doc: RobustDocument) -> bytes:
     elif isinstance(doc, PubStatus):
         text = (f"<pubstatus{_a('transID', doc.trans_id)} source='{_esc(doc.source)}'"
                 f" pubseq='{doc.pubseq}' sourceseq='{doc.source_seq}' />")
+    elif isinstance(doc, SnapshotRequest):
+        text = (f"<snapshot topic='{_esc(doc.topic)}'{_a('messageid', doc.message_id)}"
+                f"{_a('link', doc.link)} transID='{doc.trans_id}' />")
     elif isinstance(doc, Capabilities):
         text = (f"<capabilities{_a('transID', doc.trans_id)} seqbits='{doc.seq_bits}'"
                 f" heartbeat='{doc.heartbeat_ms}' linkretention='{doc.link_retention_ms}'"

@@ -27,6 +27,12 @@ known. The reset and catch-up are appended in chunks (the event loop stays respo
 the held entries, and the hold ends; `linkreply 250` follows the last catch-up item on the
 wire. A refused repair (570, 537, 553) changes nothing: the held entries go on in the old
 epoch. Repairs of one link run one after another.
+
+Snapshots (§9). `queue_snapshot` puts the current images and deltas of a topic's data items
+(broker/robust/items.py) onto a link like any data, marked as snapshot copies; run in the same
+event-loop step as a subscription becomes visible to `forward`, it meets the live stream with
+no gap and no duplicate. A `snapshot` request gets the same items on the requester's link, then
+a reply once they are sent.
 """
 
 from __future__ import annotations
@@ -41,17 +47,26 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from broker.errors import ApexpsError, InvalidParameter, JournalUnavailable, RebuildRefused
+from broker.errors import (
+    ApexpsError,
+    InvalidParameter,
+    JournalUnavailable,
+    OptionNotImplemented,
+    RebuildRefused,
+)
 from broker.journal import Journal
 from broker.pubsub import PubsubService
-from broker.records import JournalEntry, now_ms
+from broker.records import JournalEntry, PublishType, now_ms
 from broker.robust.config import RobustConfig
+from broker.robust.items import ItemStore
+from broker.robust.linkid import default_link_id
 from broker.robust.links import LinkItem, LinkKind, LinkLog, LinkRecord
 from broker.robust.refill import refill
 from broker.robust.repair import select_catch_up
 
 from ._codec import BEEP_XML, Data, Option, TargetHop
 from ._endpoint import Endpoint
+from ._pubsub_codec import Reply, encode_pubsub
 from ._robust_codec import (
     STAMP_OPTION,
     Capabilities,
@@ -62,6 +77,7 @@ from ._robust_codec import (
     LinkReset,
     RepairRequest,
     RobustDocument,
+    SnapshotRequest,
     Stamp,
     StampKind,
     Withheld,
@@ -103,6 +119,12 @@ class _Pending:
     #: runs once the batch has been sent (after its last item)
     then: Callable[[_Pending], None] | None = None
 
+    @property
+    def ok(self) -> bool:
+        """Every record of the batch became durable (and was sent)."""
+        return self.outcomes is not None and not any(
+            isinstance(o, JournalUnavailable) for o in self.outcomes)
+
 
 @dataclass(slots=True)
 class _Repair:
@@ -125,7 +147,7 @@ def _data_stamp(rec: LinkRecord, entry: JournalEntry, refilled: bool = False) ->
         rec.link, rec.link_seq, epoch=rec.epoch, source=entry.source,
         source_seq=entry.source_seq, publish_type=str(entry.publish_type), topic=entry.topic,
         token=entry.permission_token, message_id=entry.message_id, time=entry.appended_at,
-        refill=refilled))
+        refill=refilled, snapshot=rec.snapshot))
 
 
 def _hop_option(entry: JournalEntry, trans_id: int) -> Option:
@@ -139,8 +161,10 @@ class SequencedFanout:
 
     def __init__(self, service: PubsubService, journal: Journal, links: LinkLog,
                  config: RobustConfig, send: Callable[[Data], None], *,
-                 trans_ids: itertools.count[int]) -> None:
+                 trans_ids: itertools.count[int], items: ItemStore | None = None) -> None:
+        """`items`: the data item state snapshots are taken from (none: no snapshots)."""
         self.service, self.journal, self.links, self.config = service, journal, links, config
+        self.items = items
         self._send = send
         self._trans_ids = trans_ids
         self._loop = asyncio.get_running_loop()
@@ -301,6 +325,67 @@ class SequencedFanout:
         return Data(self.endpoint, (to,), encode_robust(doc), BEEP_XML,
                     recipient_options=((stamp_option(stamp),),), content_ref="#Content")
 
+    # --- snapshots (§9) -----------------------------------------------------------------
+
+    def queue_snapshot(self, subscriber: str, link: str, topic: str,
+                       message_id: str | None = None,
+                       then: Callable[[bool], None] | None = None) -> int:
+        """Put the current images and deltas of `topic`'s items (or of one item) that
+        `subscriber` is entitled to onto `link`, as snapshot copies, in the order they were
+        applied: per item the image first, per source rising source seqs (event loop; what
+        `forward` queues after this call follows them on the link). Returns how many; `then`
+        hears whether they all became durable once they are sent (not called for none)."""
+        if self.items is None:
+            return 0
+        items: list[LinkItem] = []
+        targets: list[tuple[str, JournalEntry | None]] = []
+        for entry in self.items.snapshot(topic, message_id):
+            if self.entitled(entry, subscriber):
+                items.append(LinkItem.data(link, entry, snapshot=True))
+                targets.append((subscriber, entry))
+        slot = self._append(items, targets,
+                            then=None if then is None else lambda done: then(done.ok))
+        if slot is None and then is not None:
+            then(False)  # the link log refused the batch: nothing was sent
+        return len(items)
+
+    def _snapshot_checks(self, who: str, topic: str, link: str) -> None:
+        """In a worker thread: 537/550 before anything is recorded, then the link claimed."""
+        if self.items is None:
+            raise OptionNotImplemented("this service keeps no data item state")
+        self.service.check_snapshot(who, topic)
+        self.links.check_owner(link, who)
+        self.links.claim(link, who)
+
+    async def _snapshot(self, originator: Endpoint, req: SnapshotRequest) -> list[Data]:
+        """The items' images and deltas on the requester's link, then `reply` 250 once they
+        are sent; a refusal is one reply with its code, and nothing else sent or changed."""
+        who = str(originator)
+        link = req.link or default_link_id(who)
+        try:
+            await asyncio.to_thread(self._snapshot_checks, who, req.topic, link)
+        except ApexpsError as exc:
+            log.info("snapshot refused", topic=req.topic, originator=who, code=int(exc.code),
+                     reason=str(exc))
+            return [self._reply(originator, Reply(int(exc.code), req.trans_id, str(exc)))]
+        sent: asyncio.Future[bool] = self._loop.create_future()
+
+        def then(ok: bool) -> None:
+            if not sent.done():
+                sent.set_result(ok)
+
+        count = self.queue_snapshot(who, link, req.topic, req.message_id, then)
+        if count and not await sent:
+            return [self._reply(originator, Reply(
+                int(JournalUnavailable.code), req.trans_id,
+                f"the snapshot did not become durable on link {link}; the link was reset"))]
+        log.info("snapshot sent", topic=req.topic, message_id=req.message_id, originator=who,
+                 link=link, items=count)
+        return [self._reply(originator, Reply(250, req.trans_id))]
+
+    def _reply(self, to: Endpoint, reply: Reply) -> Data:
+        return Data(self.endpoint, (to,), encode_pubsub(reply), BEEP_XML, content_ref="#Content")
+
     # --- heartbeats ---------------------------------------------------------------------
 
     async def _heartbeats(self) -> None:
@@ -327,14 +412,16 @@ class SequencedFanout:
         return Data(self.endpoint, (to,), encode_robust(doc), BEEP_XML, content_ref="#Content")
 
     async def request(self, originator: Endpoint, doc: RobustDocument) -> list[Data]:
-        """Answer a robust document sent to apex=pubsub@D (a gap, a source repair or a
-        capability query)."""
+        """Answer a robust document sent to apex=pubsub@D (a gap, a source repair, a
+        capability query or a snapshot request)."""
         if isinstance(doc, GapRequest):
             return await self._gap(originator, doc)
         if isinstance(doc, RepairRequest):
             return self._repair(originator, doc)
         if isinstance(doc, CapabilityQuery):
             return [self._doc(originator, self.capabilities(doc.trans_id))]
+        if isinstance(doc, SnapshotRequest):
+            return await self._snapshot(originator, doc)
         log.info("robust document ignored", originator=str(originator),
                  document=type(doc).__name__)
         return []
@@ -347,6 +434,9 @@ class SequencedFanout:
             max_repair=c.max_repair,
             journal_retention_ms=self.journal.config.journal_retention_ms,
             selector_classes=(),  # subscribe takes no selector yet
+            # snapshot is a request, served when there is item state to serve it from
+            publish_types=tuple(t for t in PublishType
+                                if self.items is not None or t is not PublishType.SNAPSHOT),
             permissions="tokens",  # in-band permission tokens, grant and deny
             trans_id=trans_id)
 

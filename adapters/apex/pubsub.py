@@ -14,13 +14,15 @@ What arrives (draft-schwartz-apex-pubsub §4):
   forwarding a request to us as its redistributor (§2.4, §4.5 step 4).
 
 What leaves: forwarding of journaled messages (`forward`, called with what the journal follower
-read back; with a link log, sequenced per subscriber link by `_sequenced.SequencedFanout`, which
-also serves gap requests, source repairs, capability queries and heartbeats), cancel notices on
-expiry and topic deletion, forwarded requests to redistributors, and replies a redistributor
-sent us, passed on to whoever asked.
+read back, which first advances the data item state; with a link log, sequenced per subscriber
+link by `_sequenced.SequencedFanout`, which also serves gap requests, source repairs, capability
+queries, snapshots and heartbeats), cancel notices on expiry and topic deletion, forwarded
+requests to redistributors, and replies a redistributor sent us, passed on to whoever asked.
 
 Management runs in a worker thread (registry writes wait for Kafka) under one lock, so two
-requests never interleave their check-then-write steps.
+requests never interleave their check-then-write steps. A subscribe with snapshot='true' ends
+with one step on the event loop (`_open_with_snapshot`): the snapshot is queued on the link and
+the subscription made visible to `forward` together, between two forwards (robust-binding §9).
 """
 
 from __future__ import annotations
@@ -34,12 +36,13 @@ from collections.abc import Callable, Iterable
 
 import structlog
 
-from broker.errors import ApexpsError, ParameterSyntaxError
+from broker.errors import ApexpsError, OptionNotImplemented, ParameterSyntaxError
 from broker.journal import Journal, PublisherPosition
 from broker.publish_gate import Outcome, PublishGate
 from broker.pubsub import Forward, PubsubService
 from broker.records import JournalEntry, Publication, Subscription
 from broker.robust.config import RobustConfig
+from broker.robust.items import ItemStore
 from broker.robust.linkid import default_link_id
 from broker.robust.links import LinkLog
 
@@ -104,12 +107,15 @@ class PubsubHandler:
 
     def __init__(self, service: PubsubService, journal: Journal,
                  send: Callable[[Data], None], links: LinkLog | None = None,
-                 robust: RobustConfig | None = None) -> None:
+                 robust: RobustConfig | None = None, *, items: ItemStore | None = None,
+                 ) -> None:
         """`links`: the link log; with it, deliveries are sequenced (docs/robust-binding.md)
         and gap requests, source repairs, capability queries and heartbeats are served;
-        without it, the plain topic path."""
+        without it, the plain topic path. `items`: the data item state `forward` advances;
+        with the link log, snapshots are served from it (robust-binding §9)."""
         self.service, self.journal, self._send = service, journal, send
         self.links = links
+        self.items = items
         self.endpoint = Endpoint(SERVICE, service.domain)
         self._lock = asyncio.Lock()
         self._loop = asyncio.get_running_loop()
@@ -118,7 +124,7 @@ class PubsubHandler:
         self._forward_ids = itertools.count(1)
         self.sequenced = None if links is None else SequencedFanout(
             service, journal, links, robust or RobustConfig(), send,
-            trans_ids=self._forward_ids)
+            trans_ids=self._forward_ids, items=items)
         #: transIDs of requests we forwarded to a redistributor -> (who asked, their transID)
         self._forwarded: dict[int, tuple[Endpoint, int]] = {}
         #: publications accepted in this event-loop turn, appended together
@@ -266,6 +272,8 @@ class PubsubHandler:
             return [self._data(originator, Reply(250, op.trans_id))]
         if isinstance(op, DeleteTopic):
             ended = svc.delete_topic(who, op.topic)
+            if self.items is not None:  # on the loop, in order with forward
+                self._loop.call_soon_threadsafe(self.items.forget_topic, op.topic)
             return [self._data(originator, Reply(250, op.trans_id)), *self._notices(ended)]
         if isinstance(op, ListTopics):
             names = svc.list_topics(who)
@@ -273,14 +281,19 @@ class PubsubHandler:
         if isinstance(op, Subscribe):
             whom = str(op.subscriber)
             link = op.link or default_link_id(whom)
+            if op.snapshot and (self.sequenced is None or self.items is None):
+                raise OptionNotImplemented("snapshot='true' needs sequenced delivery and item"
+                                           " state")
             claim = None
             if self.links is not None and self.sequenced is not None:
                 self.links.check_owner(link, whom)  # 537 before anything is recorded
                 claim = functools.partial(self.sequenced.claim, link, whom)
             result = svc.subscribe(who, whom, op.topic, op.duration, op.trans_id,
-                                   link=op.link, claim=claim)
+                                   link=op.link, claim=claim, activate=not op.snapshot)
             if isinstance(result, Forward):
                 return [self._forward(originator, op, result)]
+            if op.snapshot:
+                self._on_loop(self._open_with_snapshot, result, link)
             return [self._data(originator, Reply(250, op.trans_id))]
         if isinstance(op, Cancel):
             subject = op.subscriber or originator
@@ -297,12 +310,31 @@ class PubsubHandler:
         remember whom its reply is for."""
         ours = next(self._forward_ids)
         self._forwarded[ours] = (originator, op.trans_id)
-        moved = (Subscribe(op.subscriber, op.topic, ours, op.duration)
+        moved = (Subscribe(op.subscriber, op.topic, ours, op.duration, snapshot=op.snapshot)
                  if isinstance(op, Subscribe)
                  else Cancel(op.topic, ours, op.subscriber or originator))
         log.info("pubsub request forwarded", to=via.to, topic=op.topic, originator=str(originator))
         return Data(self.endpoint, (Endpoint.parse(via.to),), _content_xml(moved), BEEP_XML,
                     content_ref="#Content")
+
+    def _on_loop(self, step: Callable[[Subscription, str], None], sub: Subscription,
+                 link: str) -> None:
+        """From a worker thread: run `step` on the event loop, as one step, and wait for it."""
+        async def run() -> None:
+            step(sub, link)
+
+        asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout=60)
+
+    def _open_with_snapshot(self, sub: Subscription, link: str) -> None:
+        """One event-loop step: the topic's item state onto the link, then the subscription
+        visible to `forward`. The item store advances in `forward`, so the state holds exactly
+        what was forwarded before this step, and everything forwarded after it reaches the
+        subscription live: no gap, no duplicate (robust-binding §9)."""
+        assert self.sequenced is not None
+        count = self.sequenced.queue_snapshot(sub.subscriber, link, sub.topic)
+        self.service.activate(sub)
+        log.info("subscribed with snapshot", topic=sub.topic, subscriber=sub.subscriber,
+                 link=link, items=count)
 
     def _pass_on(self, origin: Endpoint, reply: Reply) -> list[Data]:
         mine = self._own.pop(reply.trans_id, None) if reply.trans_id else None
@@ -333,6 +365,10 @@ class PubsubHandler:
 
     def forward(self, entries: list[JournalEntry]) -> None:
         """Forward journaled messages to their topics' subscribers (on the event loop)."""
+        if self.items is not None:
+            # First, in the same step: a snapshot between two forwards holds exactly what was
+            # forwarded (robust-binding §9).
+            self.items.apply(entries)
         if self.sequenced is not None:
             self.sequenced.forward(entries)
             return

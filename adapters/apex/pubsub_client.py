@@ -15,6 +15,8 @@ goes to its listener instead of `events()`, and it sends its requests with `post
 from `new_trans_id`, so they never collide with this client's own (see robust_client.py).
 `pubstatus` asks where our publishing stands (§8); `adapters.apex.publisher` builds
 duplicate-free, resending publishing on it.
+`subscribe(..., snapshot=True)` first gets the current state of the topic's data items
+and `snapshot` gets it once, without subscribing (§9): those items' stamps say `snapshot`.
 
 With `connect(..., reconnect=ReconnectPolicy(...))` it rides a `ReconnectingApexClient`: a lost
 connection is re-dialled and the endpoint re-attached, and `events()` goes on across it. A
@@ -64,6 +66,7 @@ from ._robust_codec import (
     PubStatusQuery,
     RepairRequest,
     RobustDocument,
+    SnapshotRequest,
     SourcePosition,
     Stamp,
     decode_robust,
@@ -207,11 +210,22 @@ class PubsubClient:
 
     async def subscribe(self, topic: str, duration: int = 3600,
                         subscriber: Endpoint | str | None = None,
-                        link: str | None = None) -> None:
-        """`link`: the link the subscription's data travel on (default: the subscriber)."""
+                        link: str | None = None, *, snapshot: bool = False) -> None:
+        """`link`: the link the subscription's data travel on (default: the subscriber).
+        `snapshot`: the link first carries the current images and deltas of the topic's data
+        items (stamp.snapshot), then live data (robust-binding §9)."""
         trans = self.new_trans_id()
         who = self._endpoint(subscriber)
-        await self._ask(Subscribe(who, topic, trans, duration, link), trans)
+        await self._ask(Subscribe(who, topic, trans, duration, link, snapshot), trans)
+
+    async def snapshot(self, topic: str, message_id: str | None = None,
+                       link: str | None = None) -> None:
+        """The current images and deltas of `topic`'s data items (or of one item) once, on
+        `link` (default: our endpoint), without subscribing (robust-binding §9). They arrive
+        from `events()` (stamp.snapshot) before this returns; a refusal raises its
+        `ApexpsError` (550 unknown topic, 537, …)."""
+        trans = self.new_trans_id()
+        await self._ask(SnapshotRequest(topic, trans, message_id, link), trans)
 
     async def gap(self, link: str, link_from: int, link_to: int | None = None,
                   epoch: int | None = None) -> LinkReply:

@@ -23,6 +23,9 @@ repairs by source (below). When a hole closes, `Repaired`.
 Exactly once, in per-source order. A data item is delivered only if its source seq is above
 the last one delivered for that source; otherwise it is dropped as a duplicate. Since the link
 carries each source in source order and the stub consumes the link in order, that is enough.
+Snapshot copies (stamp `snapshot`, robust-binding §9) are state, not the stream: they are
+delivered in link order without that check and move neither the per-source positions nor the
+frontier's journal time.
 
 Epochs and repair. A stamp of an older epoch is stale and dropped. A reset or any stamp of a
 newer epoch that the stub did not ask for means the broker lost this link's context: the stub
@@ -392,7 +395,7 @@ class SubscriberStub:
                                    f" {self.space.bits} bits")
         self._heard = now
         self._late_reported = self._silent_reported = False
-        if self._first_time is None:
+        if self._first_time is None and not stamp.snapshot:
             self._first_time = stamp.time
         out: list[Action] = []
         if self._mode is _Mode.RESUMING:
@@ -579,6 +582,10 @@ class SubscriberStub:
     def _consume(self, out: list[Action], stamp: Stamp, content: bytes) -> None:
         self._abs += 1
         self._seq = stamp.link_seq
+        if stamp.snapshot:
+            self.counters.delivered += 1
+            out.append(Deliver(stamp, content))
+            return
         if stamp.time is not None:
             self._time = stamp.time
         if stamp.kind is not StampKind.DATA:

@@ -5,9 +5,11 @@ DATA entries to `deliver` (the adapter hops onto its event loop there). Forwardi
 journal returns, rather than from the message in hand, means a subscriber only ever sees what
 Kafka made durable, in Kafka's order (per source: seq order, since a source has one partition).
 
-Where the follower starts: the journal's end when the service starts. What was appended but not
-yet forwarded when a broker died is not forwarded after the restart; robust delivery (link seqs,
-gap fill) is what recovers it, not this path.
+Where the follower starts: the journal's end when the service starts, or `start` (the broker
+passes where the item store's recovery replay ended, so item state and forwarding meet exactly:
+broker/robust/items.py). What was appended but not yet forwarded when a broker died is not
+forwarded after the restart; robust delivery (link seqs, gap fill) is what recovers it, not
+this path.
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ log = structlog.get_logger(__name__)
 
 class JournalFollower:
     def __init__(self, config: KafkaConfig, codec: Codec,
-                 deliver: Callable[[list[JournalEntry]], None]) -> None:
-        self._tail = Tail(config, config.topic("journal"))
+                 deliver: Callable[[list[JournalEntry]], None], *,
+                 start: dict[int, int] | None = None) -> None:
+        """`start`: the offset to begin at per journal partition (others: the end)."""
+        self._tail = Tail(config, config.topic("journal"), start)
         self.start_positions = dict(self._tail.start)
         self._codec, self._deliver = codec, deliver
         self._stop = threading.Event()

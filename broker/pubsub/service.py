@@ -161,13 +161,16 @@ class PubsubService:
 
     def subscribe(self, originator: str, subscriber: str, topic: str, duration_s: int,
                   trans_id: int | None = None, *, link: str | None = None,
-                  claim: Callable[[], object] | None = None) -> Subscription | Forward:
+                  claim: Callable[[], object] | None = None,
+                  activate: bool = True) -> Subscription | Forward:
         """§4.5 steps 1-5: 537, 553 (unknown topic), 553 (duration ≤ 0), forward to a
         redistributor of the subject's domain, else record the subscription. `link`: the link
         its data travel on (docs/robust-binding.md §3; default: the subscriber endpoint).
         `claim`: runs once every check has passed and before anything is recorded — the caller
         claims the link there, so that a claim that fails records nothing and no delivery can
-        reach the link before its owner's reset."""
+        reach the link before its owner's reset. `activate=False`: recorded, but the fan-out
+        does not see it until the caller passes it to `activate` (a snapshot subscription: the
+        caller queues the snapshot and activates in one event-loop step, robust-binding §9)."""
         self._check(originator, "pubsub:subscribe", topic)
         self._existing(topic)
         if duration_s <= 0:
@@ -187,9 +190,24 @@ class PubsubService:
                            originator=originator, trans_id=trans_id, link_id=link_id)
         self.core.subscriptions.put(sub)
         self.access.grant_subscriber(topic, subscriber)
-        self._remember(sub)
+        if activate:
+            self._remember(sub)
         log.info("subscribed", topic=topic, subscriber=subscriber, duration_s=duration_s)
         return sub
+
+    def activate(self, sub: Subscription) -> None:
+        """Make a subscription recorded with `subscribe(..., activate=False)` visible to the
+        fan-out (`recipient_links`) and to expiry."""
+        self._remember(sub)
+
+    def check_snapshot(self, originator: str, topic: str) -> None:
+        """May `originator` have the current state of `topic`'s items (robust-binding §9)?
+        537 without pubsub:subscribe on it (a snapshot reads what a subscription would), 550
+        for a topic this domain does not have."""
+        self._check(originator, "pubsub:subscribe", topic)
+        validate_topic(topic)
+        if topic not in self.core.topics:
+            raise NotTaken(f"no topic {topic!r} at {self.domain}")
 
     def cancel(self, originator: str, subscriber: str, topic: str) -> Subscription | Forward | None:
         """§4.6 steps 1-4: 537, 553 (unknown topic), forward to a redistributor of the
@@ -247,10 +265,13 @@ class PubsubService:
                publisher_seq: int | None = None) -> Publication:
         """§4.7.1 step 1 (550 for an unknown topic) after the `core:data` check (537).
         The keywords are what the publisher said of the message (its publish type, data item,
-        permission token and own seq), journaled with it."""
+        permission token and own seq), journaled with it. 553 for a message that would take its
+        data item past the item store's limits (broker/robust/items.py: send an image)."""
         self._check(originator, "core:data", topic)
         if topic not in self.core.topics:
             raise NotTaken(f"no topic {topic!r} at {self.domain}")
+        if message_id is not None:
+            self.core.items.check_publish(topic, message_id, publish_type, len(content))
         return Publication(topic=topic, source=originator, content=content,
                            content_type=content_type, options=dict(options or {}),
                            publish_type=publish_type, message_id=message_id,

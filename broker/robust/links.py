@@ -125,10 +125,13 @@ class LinkItem:
     source_seq: int | None = None
     #: RESET only: the subscriber that owns the link (set when it claims the link)
     owner: str | None = None
+    #: DATA only: a data item's image or delta sent as state (a snapshot), not live traffic
+    snapshot: bool = False
 
     @classmethod
-    def data(cls, link: str, entry: JournalEntry) -> LinkItem:
-        return cls(link, LinkKind.DATA, entry.position, entry.source, entry.source_seq)
+    def data(cls, link: str, entry: JournalEntry, *, snapshot: bool = False) -> LinkItem:
+        return cls(link, LinkKind.DATA, entry.position, entry.source, entry.source_seq,
+                   snapshot=snapshot)
 
     @classmethod
     def heartbeat(cls, link: str) -> LinkItem:
@@ -151,6 +154,8 @@ class LinkItem:
             raise InvalidParameter(f"a {self.kind} link item carries no message")
         if self.owner is not None and self.kind is not LinkKind.RESET:
             raise InvalidParameter("only a RESET names the link's owner")
+        if self.snapshot and self.kind is not LinkKind.DATA:
+            raise InvalidParameter("only DATA is a snapshot copy")
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +175,8 @@ class LinkRecord:
     owner: str | None
     writer: int
     recorded_at: int
+    #: DATA: a snapshot copy of a data item's image or delta (robust-binding §9)
+    snapshot: bool = False
 
     def to_avro(self) -> dict[str, Any]:
         pos = self.position
@@ -179,7 +186,7 @@ class LinkRecord:
             "journal_partition": None if pos is None else pos.partition,
             "journal_offset": None if pos is None else pos.offset,
             "source": self.source, "source_seq": self.source_seq, "owner": self.owner,
-            "writer": self.writer, "recorded_at": self.recorded_at,
+            "writer": self.writer, "recorded_at": self.recorded_at, "snapshot": self.snapshot,
         }
 
     @classmethod
@@ -194,6 +201,7 @@ class LinkRecord:
             position=None if part is None or off is None else Position(part, off),
             source=rec["source"], source_seq=rec["source_seq"], owner=rec["owner"],
             writer=rec["writer"], recorded_at=to_ms(rec["recorded_at"]) or 0,
+            snapshot=rec["snapshot"],
         )
 
 
@@ -393,7 +401,8 @@ class LinkLog:
             self.space.add(0, ordinal - start) if bits == self.space.bits
             else LinkSeqSpace(bits).add(0, ordinal - start),
             item.kind, item.position, item.source, item.source_seq,
-            item.owner if item.kind is LinkKind.RESET else None, self._writer, at))
+            item.owner if item.kind is LinkKind.RESET else None, self._writer, at,
+            item.snapshot))
         return _State(ordinal, epoch, start, bits, owner)
 
     def append_sync(self, items: Sequence[LinkItem], timeout_s: float = 60.0,

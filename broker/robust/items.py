@@ -1,0 +1,689 @@
+"""Data items: the state XEP-0040's publish types build from a topic's messages, durable in Kafka.
+
+Theory of operation
+-------------------
+Items. A message published with a message-id acts on the data item (topic, message-id)
+(docs/robust-binding.md §2.3, §9): `image` and `add` replace the item (the deltas before them no
+longer matter), `update` and `correction` add a delta on top of the current image, `drop`
+deletes the item. An update to an item that has no image yet is kept as a delta all the same:
+a late joiner is better served with the deltas than with nothing. A message without a
+message-id belongs to the topic's stream, not to any item. `reduce(state, version)` is that rule
+and nothing else (tests/robust/test_items.py checks it against a model with hypothesis).
+
+Where state advances. `apply(entries)` runs on the live path with what the journal follower
+read back, in the order the follower hands it to the fan-out, just before the fan-out: the
+state at any moment is exactly the state of what has been forwarded. A snapshot taken in the
+same event-loop step in which a subscription becomes visible to the fan-out therefore meets
+the live stream with no gap and no duplicate (adapters/apex/pubsub.py does that step).
+
+Order. Every applied version takes the next *order*, a store-wide counter that never repeats,
+also across restarts. `snapshot` lists versions by it, which is apply order: per item the image
+before its deltas, per source rising source seqs.
+
+Durability (the compacted `NS.items`, one partition, written only by the process that called
+`recover`: the broker):
+- `TOPIC NUL MESSAGEID` → the item's header: the orders of its versions, whether it was
+  dropped, and `covers`, per journal partition the last offset applied when it was written;
+- `TOPIC NUL MESSAGEID NUL ORDER` → one version: the journal record as the journal holds it, and
+  where it is there. Versions are immutable and written once, so an update costs one record of
+  its own size plus a small header, however many deltas the item holds, and no record is ever
+  larger than the journal's own;
+- `NUL partition NUL p` → every header covers journal partition p up to this offset.
+A checkpoint (on the producer's poll thread, every second or after 1000 applied messages; one
+at a time) captures under the lock which items changed and the positions applied, then writes
+in three phases, each once Kafka holds the one before: the new versions, the headers naming
+them, the markers. (Kafka may refuse one batch and take the next; a header whose versions were
+refused would make a recovery skip what it could not hold.) Keys that no longer matter (a
+replaced image and its deltas, a dropped item's header) are tombstoned one checkpoint later,
+once a marker covering the change is durable: until then a recovery may still need them. A
+failed checkpoint leaves its items dirty and writes no marker.
+
+Recovery (`recover`, by the broker at start, before its journal follower). Load the compacted
+topic, rebuild every item from its header and versions, then replay the journal from just after
+each marker to its end, merged across partitions by journal time as the follower would have
+delivered it. A record an item's header already covers (offset ≤ covers[partition]) is skipped,
+so nothing is applied twice, and nothing the journal holds is lost to a kill -9. The follower
+then starts exactly where the replay ended (`resume_positions`).
+
+Topics. A deleted topic's items go with it (`forget_topic`, on the live path after the
+deletion). A deletion is not in the journal, so a recovery is told which topics exist and since
+when (`recover(created)`) and drops versions of deleted topics and of earlier incarnations of
+re-created ones.
+
+Known limit: across journal partitions the live order is whatever the follower's polls return,
+and a replay can only approximate it by journal time. Within a source (one partition) the two
+agree exactly; an item that two sources updated within a poll of each other, in the tail a
+recovery replays (about the last second before a crash), may end up with their two messages in
+the other order. Items with one publisher, the usual case, are exact.
+
+Bounds (`ItemLimits`). The store never drops a journaled version: a snapshot that silently
+lost deltas would hand a late joiner the wrong state. It holds the image plus *all* deltas
+since, so publishers must send images: `check_publish` refuses (553) an update or correction to
+an item that already holds `max_deltas` deltas or whose image and deltas would exceed
+`max_bytes`, and an image larger than `max_bytes`. The check reads the applied state, so an item
+can overshoot by what was accepted but not yet forwarded when it reached the cap (milliseconds
+of traffic); the store keeps that overshoot too. Nothing bounds the number of items but the
+publishers, as for the journal itself: the store holds every live item's state in memory.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Any
+
+import structlog
+
+from broker.codec import Codec, default_codec
+from broker.errors import ApexpsError, InvalidParameter, JournalUnavailable
+from broker.journal import SCHEMA as JOURNAL_SCHEMA
+from broker.kafka_io import (
+    Delivery,
+    KafkaConfig,
+    KafkaProducer,
+    Position,
+    partition_count,
+    read_partition,
+    watermarks,
+)
+from broker.records import JournalEntry, PublishType, RecordKind, now_ms
+
+__all__ = [
+    "DEFAULT_MAX_DELTAS",
+    "DEFAULT_MAX_ITEM_BYTES",
+    "ItemLimits",
+    "ItemRecoveryReport",
+    "ItemState",
+    "ItemStore",
+    "ItemVersion",
+    "reduce",
+]
+
+log = structlog.get_logger(__name__)
+
+#: Deltas an item may hold since its image before updates are refused (553: send an image). A
+#: snapshot sends them all, and a busy quote takes thousands of updates between images.
+DEFAULT_MAX_DELTAS = 10_000
+#: Content octets (image and deltas) an item may hold: what one snapshot of it may cost.
+DEFAULT_MAX_ITEM_BYTES = 16 * 1024 * 1024
+#: Checkpoint at least this often, or after this many applied messages.
+CHECKPOINT_INTERVAL_S = 1.0
+CHECKPOINT_EVERY = 1000
+
+HEADER_SCHEMA = "item_header"
+VERSION_SCHEMA = "item_version"
+MARKER_SCHEMA = "item_marker"
+
+#: (topic, message-id)
+ItemKey = tuple[str, str]
+
+_REPLACES = frozenset({PublishType.IMAGE, PublishType.ADD})
+_DELTAS = frozenset({PublishType.UPDATE, PublishType.CORRECTION})
+
+
+@dataclass(frozen=True, slots=True)
+class ItemLimits:
+    """max_deltas: deltas an item may hold since its image; max_bytes: content octets of its
+    image and deltas together (see the module docstring: past them updates are refused)."""
+
+    max_deltas: int = DEFAULT_MAX_DELTAS
+    max_bytes: int = DEFAULT_MAX_ITEM_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class ItemVersion:
+    """One image or delta: the journal entry and the order it was applied in."""
+
+    order: int
+    entry: JournalEntry
+
+
+@dataclass(frozen=True, slots=True)
+class ItemState:
+    """An item's current image (None until it has one) and the deltas since, in apply order;
+    `size` counts their content octets. Immutable: a checkpoint captures it by reference."""
+
+    topic: str
+    message_id: str
+    image: ItemVersion | None = None
+    deltas: tuple[ItemVersion, ...] = ()
+    size: int = 0
+
+    @property
+    def key(self) -> ItemKey:
+        return (self.topic, self.message_id)
+
+    @property
+    def versions(self) -> tuple[ItemVersion, ...]:
+        return self.deltas if self.image is None else (self.image, *self.deltas)
+
+
+def reduce(state: ItemState | None, version: ItemVersion) -> ItemState | None:
+    """The item after `version` (XEP-0040 §3.1): image/add replace it, update/correction add a
+    delta, drop deletes it (None). `snapshot` is never published; it changes nothing."""
+    entry = version.entry
+    ptype = entry.publish_type
+    if ptype in _REPLACES:
+        assert entry.message_id is not None
+        return ItemState(entry.topic, entry.message_id, version, (), len(entry.content))
+    if ptype is PublishType.DROP:
+        return None
+    if ptype not in _DELTAS:
+        return state
+    if state is None:
+        assert entry.message_id is not None
+        return ItemState(entry.topic, entry.message_id, None, (version,), len(entry.content))
+    return ItemState(state.topic, state.message_id, state.image, (*state.deltas, version),
+                     state.size + len(entry.content))
+
+
+@dataclass
+class ItemRecoveryReport:
+    items: int = 0
+    #: journal records read after the markers, and how many of them changed an item
+    scanned: int = 0
+    replayed: int = 0
+    #: versions a header names that the topic no longer holds (never expected; logged)
+    missing: int = 0
+    seconds: float = 0.0
+
+
+def _header_key(key: ItemKey) -> bytes:
+    return f"{key[0]}\x00{key[1]}".encode()
+
+
+def _version_key(key: ItemKey, order: int) -> bytes:
+    return f"{key[0]}\x00{key[1]}\x00{order}".encode()
+
+
+def _marker_key(partition: int) -> bytes:
+    return f"\x00partition\x00{partition}".encode()
+
+
+def _journal_avro(e: JournalEntry) -> dict[str, Any]:
+    return {
+        "kind": e.kind.value, "topic": e.topic, "source": e.source, "source_seq": e.source_seq,
+        "publisher_seq": e.publisher_seq, "gap_to": e.gap_to, "gap_reason": e.gap_reason,
+        "publish_type": str(e.publish_type), "message_id": e.message_id,
+        "revision_id": e.revision_id, "publication_date": e.publication_date,
+        "expiration_date": e.expiration_date, "permission_token": e.permission_token,
+        "content_type": e.content_type, "content": e.content, "fields": e.fields,
+        "options": e.options, "appended_at": e.appended_at,
+    }
+
+
+@dataclass
+class _Garbage:
+    """A key to tombstone once checkpoint `after` is complete; `order` None: the header."""
+
+    after: int
+    key: ItemKey
+    order: int | None
+
+
+@dataclass
+class _Round:
+    """One checkpoint in flight: what it wrote and what to restore should any of it fail."""
+
+    number: int
+    #: written in phases, each once the one before is durable: versions (and tombstones), then
+    #: the headers naming them, then the markers
+    versions: list[tuple[bytes, bytes | None]]
+    headers: list[tuple[bytes, bytes | None]]
+    markers: dict[int, int]
+    order: int
+    keys: set[ItemKey]
+    #: item -> the versions its durable header named before this round (None: no header)
+    previous: dict[ItemKey, tuple[int, ...] | None]
+    collected: list[_Garbage]
+    left: list[int] = field(default_factory=list)
+    phase: int = 0  # 0: versions out, 1: headers out, 2: markers out
+    failed: bool = False
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class _Written(Delivery):
+    __slots__ = ("round", "store")
+
+    def __init__(self, store: ItemStore, round_: _Round) -> None:
+        self.store = store
+        self.round = round_
+
+    def delivered(self, partition: int, offset: int) -> None:
+        self.store._tick(self.round)
+
+    def failed(self, error: JournalUnavailable) -> None:
+        if not self.round.failed:
+            log.warning("item checkpoint record failed; its items stay dirty", error=str(error))
+        self.round.failed = True
+        self.store._tick(self.round)
+
+
+class ItemStore:
+    """The current state of every data item; see the module docstring.
+
+    Args:
+        limits: what `check_publish` allows (see `ItemLimits`).
+        clock: epoch milliseconds, for the records' `updated_at`.
+    """
+
+    def __init__(self, config: KafkaConfig, producer: KafkaProducer, codec: Codec | None = None,
+                 *, limits: ItemLimits | None = None,
+                 clock: Callable[[], int] = now_ms) -> None:
+        self.config = config
+        self.topic = config.topic("items")
+        self.journal_topic = config.topic("journal")
+        self.limits = limits or ItemLimits()
+        self._producer = producer
+        self._codec = codec or default_codec()
+        self._clock = clock
+        # Guards everything below; apply and snapshot take it on the event loop, a checkpoint
+        # on the poll thread, only long enough to capture references.
+        self._lock = threading.Lock()
+        self._items: dict[str, dict[str, ItemState]] = {}
+        #: journal partition -> last offset applied
+        self._applied: dict[int, int] = {}
+        self._partitions = 0
+        self._order = 0
+        self._dirty: set[ItemKey] = set()
+        self._moved = False  # positions applied changed since the last captured checkpoint
+        self._since = 0  # messages applied since the last checkpoint began
+        #: item -> the orders its newest written header names
+        self._stored: dict[ItemKey, tuple[int, ...]] = {}
+        self._garbage: list[_Garbage] = []
+        self._marked: dict[int, int] = {}
+        self._rounds = 0  # checkpoints begun
+        self._complete = 0  # the newest checkpoint whose markers are durable
+        self._round: _Round | None = None
+        self._last = time.monotonic()
+        self._enabled = False  # only the broker that recovered the store writes it
+        self._resume: dict[int, int] = {}
+        producer.add_after_poll(self._maybe_checkpoint)
+
+    # --- the live path (event loop) -------------------------------------------------------
+
+    def apply(self, entries: Iterable[JournalEntry]) -> None:
+        """Advance the state by `entries`, in the order given (what the fan-out forwards)."""
+        with self._lock:
+            applied = self._applied
+            for entry in entries:
+                pos = entry.position
+                if pos.offset > applied.get(pos.partition, -1):
+                    applied[pos.partition] = pos.offset
+                    self._moved = True
+                mid = entry.message_id
+                if mid is not None and entry.kind is RecordKind.DATA:
+                    self._apply_one(entry, mid)
+
+    def _apply_one(self, entry: JournalEntry, mid: str) -> None:
+        if "\x00" in mid:  # cannot be keyed; the codecs never let one through
+            return
+        by_id = self._items.get(entry.topic)
+        state = None if by_id is None else by_id.get(mid)
+        self._order += 1
+        new = reduce(state, ItemVersion(self._order, entry))
+        if new is state:
+            return
+        if new is not None:
+            self._items.setdefault(entry.topic, {})[mid] = new
+        elif by_id is not None and by_id.pop(mid, None) is not None and not by_id:
+            del self._items[entry.topic]
+        self._dirty.add((entry.topic, mid))
+        self._since += 1
+
+    def forget_topic(self, topic: str) -> int:
+        """The topic was deleted: its items go with it (returns how many)."""
+        with self._lock:
+            gone = self._items.pop(topic, {})
+            self._dirty.update((topic, mid) for mid in gone)
+            self._since += len(gone)
+        return len(gone)
+
+    def snapshot(self, topic: str, message_id: str | None = None) -> list[JournalEntry]:
+        """Every image and delta of `topic`'s items (or of one item), in apply order."""
+        with self._lock:
+            by_id = self._items.get(topic, {})
+            states = list(by_id.values()) if message_id is None else [
+                s for s in (by_id.get(message_id),) if s is not None]
+            versions = [v for s in states for v in s.versions]
+        versions.sort(key=attrgetter("order"))
+        return [v.entry for v in versions]
+
+    def get(self, topic: str, message_id: str) -> ItemState | None:
+        with self._lock:
+            return self._items.get(topic, {}).get(message_id)
+
+    def states(self) -> dict[ItemKey, ItemState]:
+        """Every item now (for tests and tools)."""
+        with self._lock:
+            return {s.key: s for by_id in self._items.values() for s in by_id.values()}
+
+    def check_publish(self, topic: str, message_id: str, publish_type: PublishType,
+                      size: int) -> None:
+        """553 if a message of `size` octets would take its item past the limits (see the
+        module docstring): the publisher should send an image."""
+        lim = self.limits
+        if publish_type in _REPLACES:
+            if size > lim.max_bytes:
+                raise InvalidParameter(f"an image of {size} octets exceeds the {lim.max_bytes}"
+                                       " an item may hold")
+            return
+        if publish_type not in _DELTAS:
+            return
+        state = self._items.get(topic, {}).get(message_id)
+        if state is None:
+            return
+        if len(state.deltas) >= lim.max_deltas or state.size + size > lim.max_bytes:
+            raise InvalidParameter(
+                f"item {message_id!r} of {topic!r} holds {len(state.deltas)} deltas"
+                f" ({state.size} octets) since its image; the limit is {lim.max_deltas}"
+                f" deltas or {lim.max_bytes} octets: publish an image")
+
+    def resume_positions(self) -> dict[int, int]:
+        """Per journal partition the offset the follower starts at: where `recover` ended."""
+        return dict(self._resume)
+
+    # --- checkpoints (poll thread) --------------------------------------------------------
+
+    def _maybe_checkpoint(self) -> None:
+        if not self._enabled or self._round is not None:
+            return
+        if self._since < CHECKPOINT_EVERY \
+                and time.monotonic() - self._last < CHECKPOINT_INTERVAL_S:
+            return
+        self._begin()
+
+    def checkpoint(self, timeout_s: float = 30.0) -> None:
+        """Write everything applied so far and wait until Kafka holds it (close, tests)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            busy = self._round
+            if busy is not None:  # it may predate the call: wait, then write our own
+                if not busy.done.wait(max(0.0, deadline - time.monotonic())):
+                    raise JournalUnavailable("item checkpoint not durable in time")
+                continue
+            mine = self._begin()
+            if mine is None:
+                if self._round is None:
+                    return  # nothing to write
+                continue
+            if not mine.done.wait(max(0.0, deadline - time.monotonic())):
+                raise JournalUnavailable("item checkpoint not durable in time")
+            if mine.failed:
+                raise JournalUnavailable("item checkpoint failed; its items stay dirty")
+            return
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """A last checkpoint, then no more: the producer is about to close."""
+        try:
+            self.checkpoint(timeout_s)
+        finally:
+            with self._lock:
+                self._enabled = False
+
+    def _begin(self) -> _Round | None:
+        """Capture what changed (under the lock: references only) and send it; None if there
+        is nothing to write."""
+        with self._lock:
+            if not self._enabled or self._round is not None:
+                return None
+            self._last = time.monotonic()
+            self._since = 0
+            ready = [g for g in self._garbage if g.after <= self._complete]
+            if not self._dirty and not self._moved and not ready:
+                return None
+            self._rounds += 1
+            number = self._rounds
+            dirty, self._dirty = self._dirty, set()
+            self._garbage = [g for g in self._garbage if g.after > self._complete]
+            # A dropped item's header key is in use again once the item lives again.
+            collected = [g for g in ready if g.order is not None
+                         or g.key[1] not in self._items.get(g.key[0], {})]
+            covers = [self._applied.get(p, -1) for p in range(self._partitions)]
+            round_ = _Round(number, [], [], {p: o for p, o in enumerate(covers)
+                                             if self._marked.get(p) != o},
+                            self._order, dirty, {}, collected)
+            #: (item, its state (None: dropped), the versions to write, the orders it names)
+            plan: list[tuple[ItemKey, ItemState | None, list[ItemVersion], tuple[int, ...]]] = []
+            for key in dirty:
+                state = self._items.get(key[0], {}).get(key[1])
+                stored = self._stored.get(key)
+                round_.previous[key] = stored
+                if state is None:
+                    if stored is None:
+                        continue  # born and dropped between two checkpoints: nothing written
+                    del self._stored[key]
+                    self._garbage.append(_Garbage(number, key, None))
+                    self._garbage.extend(_Garbage(number, key, o) for o in stored)
+                    plan.append((key, None, [], ()))
+                    continue
+                orders = tuple(v.order for v in state.versions)
+                had = set(stored or ())
+                self._garbage.extend(_Garbage(number, key, o) for o in had - set(orders))
+                self._stored[key] = orders
+                plan.append((key, state, [v for v in state.versions if v.order not in had],
+                             orders))
+            self._moved = False
+            self._round = round_
+        # A header only once every version it names is durable (Kafka may refuse one batch and
+        # take the next): a header whose covers skip a message it could not hold loses it.
+        # Tombstones go first: a header written after the tombstone of its own key stands.
+        versions = round_.versions
+        for g in collected:
+            versions.append((_header_key(g.key) if g.order is None
+                             else _version_key(g.key, g.order), None))
+        now = self._clock()
+        try:
+            for key, state, new, orders in plan:
+                versions.extend((_version_key(key, v.order), self._version(key, v))
+                                for v in new)
+                round_.headers.append((_header_key(key), self._header(
+                    key, orders, state is None, covers, now)))
+        except ApexpsError as exc:  # never expected: what the journal held encodes again
+            log.error("item checkpoint could not be encoded", error=str(exc))
+            round_.failed = True
+            self._fail(round_)
+            return round_
+        self._send(round_, versions)
+        return round_
+
+    def _header(self, key: ItemKey, orders: tuple[int, ...], dropped: bool, covers: list[int],
+                now: int) -> bytes:
+        return self._codec.encode(HEADER_SCHEMA, {
+            "topic": key[0], "message_id": key[1], "dropped": dropped,
+            "versions": list(orders), "covers": covers, "updated_at": now})
+
+    def _version(self, key: ItemKey, version: ItemVersion) -> bytes:
+        entry = version.entry
+        return self._codec.encode(VERSION_SCHEMA, {
+            "topic": key[0], "message_id": key[1], "order": version.order,
+            "journal_partition": entry.position.partition,
+            "journal_offset": entry.position.offset,
+            "record": self._codec.encode(JOURNAL_SCHEMA, _journal_avro(entry))})
+
+    def _send(self, round_: _Round, records: list[tuple[bytes, bytes | None]]) -> None:
+        """Produce `records`; `_tick` moves the round on once each has its outcome."""
+        round_.left = list(range(len(records) + 1))  # a token per record, one for the send
+        for key, value in records:
+            try:
+                self._producer.produce(self.topic, key, value, _Written(self, round_),
+                                       partition=0)
+            except ApexpsError as exc:
+                log.warning("item checkpoint record refused", error=str(exc))
+                round_.failed = True
+                round_.left.pop()
+        self._tick(round_)
+
+    def _tick(self, round_: _Round) -> None:
+        """One outcome of the round's current phase; the last one moves the round on: from the
+        versions to the headers, to the markers, to complete."""
+        if round_.left.pop():
+            return
+        if round_.failed:
+            self._fail(round_)
+            return
+        round_.phase += 1
+        if round_.phase == 1:
+            headers, round_.headers = round_.headers, []
+            self._send(round_, headers)
+            return
+        if round_.phase == 2:
+            now = self._clock()
+            self._send(round_, [(_marker_key(p), self._codec.encode(MARKER_SCHEMA, {
+                "partition": p, "offset": o, "order": round_.order, "updated_at": now}))
+                for p, o in round_.markers.items()])
+            return
+        with self._lock:
+            self._marked.update(round_.markers)
+            self._complete = round_.number
+            self._round = None
+        round_.done.set()
+
+    def _fail(self, round_: _Round) -> None:
+        with self._lock:
+            self._dirty |= round_.keys
+            self._moved = True
+            for key, stored in round_.previous.items():
+                if stored is None:
+                    self._stored.pop(key, None)
+                else:
+                    self._stored[key] = stored
+            # Tombstones that were due stay due; this round's garbage waits for the next.
+            self._garbage.extend(_Garbage(0, g.key, g.order) for g in round_.collected)
+            for g in self._garbage:
+                if g.after == round_.number:
+                    g.after = round_.number + 1
+            self._round = None
+        round_.done.set()
+
+    # --- recovery -------------------------------------------------------------------------
+
+    def recover(self, created: Callable[[str], int | None] | None = None,
+                ) -> ItemRecoveryReport:
+        """Rebuild every item (see the module docstring); from then on this store writes its
+        checkpoints. Call before the journal follower starts, from `resume_positions`.
+
+        `created(topic)`: when the topic was created, None if it does not exist. Versions of a
+        deleted topic, or published before the topic was created again, belong to no item
+        (a deletion is not in the journal: `forget_topic` may not have been checkpointed)."""
+        started = time.monotonic()
+        report = ItemRecoveryReport()
+        headers: dict[ItemKey, dict[str, Any]] = {}
+        versions: dict[ItemKey, dict[int, bytes]] = {}
+        markers: dict[int, int] = {}
+        top = 0
+        for rec in read_partition(self.config, self.topic, 0):
+            if rec.key is None:
+                continue
+            parts = rec.key.decode().split("\x00")
+            if parts[0] == "":
+                if rec.value is not None:
+                    _, m = self._codec.decode(rec.value, expect=MARKER_SCHEMA)
+                    markers[m["partition"]] = m["offset"]
+                    top = max(top, m["order"])
+                continue
+            key = (parts[0], parts[1])
+            if len(parts) == 2:
+                if rec.value is None:
+                    headers.pop(key, None)
+                else:
+                    headers[key] = self._codec.decode(rec.value, expect=HEADER_SCHEMA)[1]
+                continue
+            order = int(parts[2])
+            top = max(top, order)
+            if rec.value is None:
+                versions.get(key, {}).pop(order, None)
+            else:
+                versions.setdefault(key, {})[order] = rec.value
+        covers: dict[ItemKey, list[int]] = {}
+        with self._lock:
+            for key, header in headers.items():
+                covers[key] = header["covers"]
+                have = versions.pop(key, {})
+                state: ItemState | None = None
+                if header["dropped"]:
+                    self._garbage.append(_Garbage(1, key, None))
+                else:
+                    for order in header["versions"]:
+                        raw = have.pop(order, None)
+                        if raw is None:
+                            report.missing += 1
+                            log.error("item version missing from the items topic", topic=key[0],
+                                      message_id=key[1], order=order)
+                            continue
+                        state = reduce(state, ItemVersion(order, self._decode_version(raw)))
+                    if state is not None:
+                        self._items.setdefault(key[0], {})[key[1]] = state
+                        self._stored[key] = tuple(header["versions"])
+                self._garbage.extend(_Garbage(1, key, o) for o in have)
+            if created is not None:
+                self._forget_stale(created)
+            for key, left in versions.items():  # written by a checkpoint that never finished
+                self._garbage.extend(_Garbage(1, key, o) for o in left)
+            self._order = top
+            self._partitions = partition_count(self.config, self.journal_topic)
+            ends = {p: watermarks(self.config, self.journal_topic, p)[1]
+                    for p in range(self._partitions)}
+            tails = [self._journal_tail(p, markers[p] + 1 if p in markers else None, ends[p])
+                     for p in range(self._partitions)]
+            for entry in heapq.merge(*tails, key=attrgetter("appended_at")):
+                report.scanned += 1
+                mid = entry.message_id
+                if mid is None or entry.kind is not RecordKind.DATA:
+                    continue
+                born = 0 if created is None else created(entry.topic)
+                if born is None or born > entry.appended_at:
+                    continue  # a deleted topic's, or an earlier incarnation's
+                done = covers.get((entry.topic, mid))
+                pos = entry.position
+                if done is not None and pos.partition < len(done) \
+                        and pos.offset <= done[pos.partition]:
+                    continue
+                self._apply_one(entry, mid)
+                report.replayed += 1
+            for p, end in ends.items():
+                self._applied[p] = max(self._applied.get(p, -1), end - 1)
+            self._marked = dict(markers)
+            self._moved = True
+            self._resume = ends
+            self._enabled = True
+            report.items = sum(len(by_id) for by_id in self._items.values())
+        report.seconds = time.monotonic() - started
+        log.info("items recovered", items=report.items, scanned=report.scanned,
+                 replayed=report.replayed, missing=report.missing,
+                 seconds=round(report.seconds, 2))
+        return report
+
+    def _forget_stale(self, created: Callable[[str], int | None]) -> None:
+        """Drop the loaded items of deleted topics and of earlier incarnations (lock held)."""
+        for topic, by_id in list(self._items.items()):
+            born = created(topic)
+            for mid, state in list(by_id.items()):
+                first = state.versions[0].entry.appended_at
+                if born is None or first < born:
+                    del by_id[mid]
+                    self._dirty.add((topic, mid))
+            if not by_id:
+                del self._items[topic]
+
+    def _decode_version(self, raw: bytes) -> JournalEntry:
+        _, v = self._codec.decode(raw, expect=VERSION_SCHEMA)
+        _, rec = self._codec.decode(v["record"], expect=JOURNAL_SCHEMA)
+        return JournalEntry.from_avro(Position(v["journal_partition"], v["journal_offset"]), rec)
+
+    def _journal_tail(self, partition: int, start: int | None, end: int,
+                      ) -> Iterator[JournalEntry]:
+        for rec in read_partition(self.config, self.journal_topic, partition, start, end):
+            if rec.value is None:
+                continue
+            try:
+                _, value = self._codec.decode(rec.value, expect=JOURNAL_SCHEMA)
+            except ApexpsError as exc:
+                log.error("undecodable journal record skipped", position=str(rec.position),
+                          error=str(exc))
+                continue
+            yield JournalEntry.from_avro(rec.position, value)
