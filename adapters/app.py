@@ -73,11 +73,19 @@ class BrokerApp:
         self.server = ApexServer(self.relay, host=self.host, port=self.port, **self.security)
         self.handler = PubsubHandler(self.service, self.core.journal, self.server.send,
                                      self.core.links if self.sequenced else None,
-                                     self.core.robust, items=self.core.items)
+                                     self.core.robust, items=self.core.items,
+                                     marks=self.core.fanout if self.sequenced else None)
         self.relay.register_service(SERVICE, self.handler)
+        start = self.core.items.resume_positions()
+        if self.sequenced:
+            # What was journaled but not yet on its links when the last broker stopped is
+            # sequenced now (broker/robust/fanout.py), not lost.
+            marks = await asyncio.to_thread(self.core.fanout.load)
+            for part, offset in marks.items():
+                start[part] = min(offset, start.get(part, offset))
         self.follower = await asyncio.to_thread(
             JournalFollower, self.config, self.core.codec, self.handler.forward_threadsafe,
-            start=self.core.items.resume_positions())
+            start=start)
         if self.handler.sequenced is not None:
             self.handler.sequenced.follow(self.follower.start_positions)
         self.follower.start()

@@ -20,6 +20,7 @@ from broker.names import validate_topic
 from broker.records import AccessEntry, Subscription, Topic, now_ms
 from broker.registry import Registry
 from broker.robust.config import RobustConfig
+from broker.robust.fanout import FanoutMarks
 from broker.robust.items import ItemStore
 from broker.robust.links import LinkLog, LinkRecoveryReport
 
@@ -64,6 +65,8 @@ class BrokerCore:
             c.topic("linkindex"): (1, _COMPACT),
             # The current image and deltas of every data item (broker/robust/items.py).
             c.topic("items"): (1, _COMPACT),
+            # How far the journal is on subscriber links (broker/robust/fanout.py).
+            c.topic("fanout"): (1, _COMPACT),
         }
 
     def open(self) -> OpenReport:
@@ -85,6 +88,7 @@ class BrokerCore:
         # Recovered (and from then on written) only by the broker that serves the live path:
         # `BrokerApp` calls `items.recover()`; tools that open the core leave it alone.
         self.items = ItemStore(k, p, c)
+        self.fanout = FanoutMarks(k, p, c)
         report = OpenReport(self.journal.recover(), self.topics.load(),
                             self.subscriptions.load(), self.access.load(), self.links.recover())
         log.info("broker core open", bootstrap=k.bootstrap, namespace=k.namespace,

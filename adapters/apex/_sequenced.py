@@ -58,6 +58,7 @@ from broker.journal import Journal
 from broker.pubsub import PubsubService
 from broker.records import JournalEntry, PublishType, now_ms
 from broker.robust.config import RobustConfig
+from broker.robust.fanout import MARK_INTERVAL_S, FanoutMarks
 from broker.robust.items import ItemStore
 from broker.robust.linkid import default_link_id
 from broker.robust.links import LinkItem, LinkKind, LinkLog, LinkRecord
@@ -161,8 +162,10 @@ class SequencedFanout:
 
     def __init__(self, service: PubsubService, journal: Journal, links: LinkLog,
                  config: RobustConfig, send: Callable[[Data], None], *,
-                 trans_ids: itertools.count[int], items: ItemStore | None = None) -> None:
-        """`items`: the data item state snapshots are taken from (none: no snapshots)."""
+                 trans_ids: itertools.count[int], items: ItemStore | None = None,
+                 marks: FanoutMarks | None = None) -> None:
+        """`items`: the data item state snapshots are taken from (none: no snapshots).
+        `marks`: where the fan-out mark is kept (broker/robust/fanout.py; none: not kept)."""
         self.service, self.journal, self.links, self.config = service, journal, links, config
         self.items = items
         self._send = send
@@ -182,18 +185,48 @@ class SequencedFanout:
         #: link -> the repair that runs last on it (the next waits for it)
         self._repair_tail: dict[str, asyncio.Future[None]] = {}
         self._repairs: set[asyncio.Task[None]] = set()
+        self._marks = marks
+        self._mark_task: asyncio.Task[None] | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
 
     def start(self) -> None:
         self._heartbeat_task = asyncio.create_task(self._heartbeats())
+        if self._marks is not None:
+            self._mark_task = asyncio.create_task(self._keep_marks(self._marks))
 
     async def close(self) -> None:
-        for task in [self._heartbeat_task, *self._repairs]:
+        for task in [self._heartbeat_task, self._mark_task, *self._repairs]:
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        if self._marks is not None:
+            self._marks.write(self.mark())
+
+    # --- the fan-out mark (broker/robust/fanout.py) -------------------------------------
+
+    def mark(self) -> dict[int, int]:
+        """Per journal partition, the offset below which every entry `forward` was handed is
+        durable on its links: what was handed, less anything still on its way to the link
+        log (a pending batch) or held back by a source repair."""
+        mark = {part: offset + 1 for part, offset in self._forwarded.items()}
+        waiting = [entry for slot in self._pending for _, entry in slot.targets
+                   if entry is not None]
+        waiting += [entry for held in self._held.values() for _, entry in held]
+        for entry in waiting:
+            part, offset = entry.position
+            if offset < mark.get(part, offset + 1):
+                mark[part] = offset
+        return mark
+
+    async def _keep_marks(self, marks: FanoutMarks) -> None:
+        while True:
+            await asyncio.sleep(MARK_INTERVAL_S)  # a period, not a wait for an event
+            try:
+                marks.write(self.mark())
+            except ApexpsError as exc:
+                log.warning("fan-out mark not written", error=str(exc))
 
     def follow(self, start: dict[int, int]) -> None:
         """The journal follower starts at `start` (offset per partition): what precedes it was

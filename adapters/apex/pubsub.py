@@ -42,6 +42,7 @@ from broker.publish_gate import Outcome, PublishGate
 from broker.pubsub import Forward, PubsubService
 from broker.records import JournalEntry, Publication, Subscription
 from broker.robust.config import RobustConfig
+from broker.robust.fanout import FanoutMarks
 from broker.robust.items import ItemStore
 from broker.robust.linkid import default_link_id
 from broker.robust.links import LinkLog
@@ -108,7 +109,7 @@ class PubsubHandler:
     def __init__(self, service: PubsubService, journal: Journal,
                  send: Callable[[Data], None], links: LinkLog | None = None,
                  robust: RobustConfig | None = None, *, items: ItemStore | None = None,
-                 ) -> None:
+                 marks: FanoutMarks | None = None) -> None:
         """`links`: the link log; with it, deliveries are sequenced (docs/robust-binding.md)
         and gap requests, source repairs, capability queries and heartbeats are served;
         without it, the plain topic path. `items`: the data item state `forward` advances;
@@ -124,7 +125,7 @@ class PubsubHandler:
         self._forward_ids = itertools.count(1)
         self.sequenced = None if links is None else SequencedFanout(
             service, journal, links, robust or RobustConfig(), send,
-            trans_ids=self._forward_ids, items=items)
+            trans_ids=self._forward_ids, items=items, marks=marks)
         #: transIDs of requests we forwarded to a redistributor -> (who asked, their transID)
         self._forwarded: dict[int, tuple[Endpoint, int]] = {}
         #: publications accepted in this event-loop turn, appended together

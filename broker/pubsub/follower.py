@@ -5,11 +5,10 @@ DATA entries to `deliver` (the adapter hops onto its event loop there). Forwardi
 journal returns, rather than from the message in hand, means a subscriber only ever sees what
 Kafka made durable, in Kafka's order (per source: seq order, since a source has one partition).
 
-Where the follower starts: the journal's end when the service starts, or `start` (the broker
-passes where the item store's recovery replay ended, so item state and forwarding meet exactly:
-broker/robust/items.py). What was appended but not yet forwarded when a broker died is not
-forwarded after the restart; robust delivery (link seqs, gap fill) is what recovers it, not
-this path.
+Where the follower starts: given per partition by its caller. `BrokerApp` starts it at the
+fan-out mark (broker/robust/fanout.py), so what was journaled but not yet on its subscribers'
+links when the last broker stopped is forwarded now rather than lost; partitions without a
+mark start where the item state's recovery ended (the journal's end).
 """
 
 from __future__ import annotations

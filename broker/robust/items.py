@@ -307,14 +307,17 @@ class ItemStore:
     # --- the live path (event loop) -------------------------------------------------------
 
     def apply(self, entries: Iterable[JournalEntry]) -> None:
-        """Advance the state by `entries`, in the order given (what the fan-out forwards)."""
+        """Advance the state by `entries`, in the order given (what the fan-out forwards).
+        An entry at or below what was applied already in its partition is skipped: after a
+        restart the follower may start before where recovery ended (broker/robust/fanout.py)."""
         with self._lock:
             applied = self._applied
             for entry in entries:
                 pos = entry.position
-                if pos.offset > applied.get(pos.partition, -1):
-                    applied[pos.partition] = pos.offset
-                    self._moved = True
+                if pos.offset <= applied.get(pos.partition, -1):
+                    continue
+                applied[pos.partition] = pos.offset
+                self._moved = True
                 mid = entry.message_id
                 if mid is not None and entry.kind is RecordKind.DATA:
                     self._apply_one(entry, mid)

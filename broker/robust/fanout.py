@@ -1,0 +1,70 @@
+"""The fan-out mark: how far the journal has been put onto subscriber links, durable in Kafka.
+
+Why. A publisher's `ok` means its message is in the journal; the broker then reads it back and
+gives it a link seq on every subscriber's link (adapters/apex/_sequenced.py). A broker killed
+between the two would, on restart, follow the journal from its end and never sequence that
+message: a loss no gap fill can see, since no link seq was ever assigned. So the fan-out keeps,
+per journal partition, the offset below which every record is durable on its links (the
+*mark*), and a restarted broker follows the journal from the marks, not from its end.
+
+What that costs. The mark is written every `MARK_INTERVAL_S`, so a restart sequences again
+what the last second or so before the crash had already put on links: those messages appear
+twice on a link, under two link seqs, with the same source and source seq. The subscriber stub
+discards the second by (source, source seq) (docs/robust-binding.md §7), so the application
+still sees each message once; a loss is what this prevents, and a loss is what matters.
+
+The topic (`NS.fanout`, compacted, one partition) holds one record per journal partition,
+keyed by the partition number; only the broker that serves the live path writes it.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from broker.codec import Codec
+from broker.kafka_io import KafkaConfig, KafkaProducer, Position, read_partition
+from broker.records import now_ms
+
+__all__ = ["MARK_INTERVAL_S", "SCHEMA", "FanoutMarks"]
+
+log = structlog.get_logger(__name__)
+
+SCHEMA = "fanout_mark"
+#: How often the mark is written: the most a restart sequences twice (see the docstring).
+MARK_INTERVAL_S = 0.5
+
+
+class FanoutMarks:
+    def __init__(self, config: KafkaConfig, producer: KafkaProducer, codec: Codec) -> None:
+        self.topic = config.topic("fanout")
+        self._config, self._producer, self._codec = config, producer, codec
+        self._written: dict[int, int] = {}
+
+    def load(self) -> dict[int, int]:
+        """The newest mark of every journal partition that has one."""
+        marks: dict[int, int] = {}
+        for rec in read_partition(self._config, self.topic, 0):
+            if rec.value is None:
+                continue
+            _, value = self._codec.decode(rec.value, expect=SCHEMA)
+            marks[value["partition"]] = value["offset"]
+        self._written = dict(marks)
+        log.info("fan-out marks loaded", partitions=len(marks))
+        return marks
+
+    def write(self, marks: dict[int, int]) -> None:
+        """Record the partitions whose mark moved forward (asynchronously: a mark that does not
+        reach Kafka only makes a restart sequence a little more again)."""
+        for part, offset in marks.items():
+            if offset <= self._written.get(part, -1):
+                continue
+            value = self._codec.encode(SCHEMA, {"partition": part, "offset": offset,
+                                                "updated_at": now_ms()})
+            self._producer.produce(self.topic, str(part).encode(), value, _ignore, partition=0)
+            self._written[part] = offset
+
+
+def _ignore(err: Exception | None, pos: Position | None) -> None:
+    if err is not None:
+        log.warning("fan-out mark not written; a restart will sequence more again",
+                    error=str(err))
