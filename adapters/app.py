@@ -18,10 +18,11 @@ from adapters.apex.server import ApexServer
 from broker.access import AccessControl
 from broker.core import BrokerCore, OpenReport
 from broker.holds import KafkaHolds
-from broker.kafka_io import KafkaConfig
+from broker.kafka_io import KafkaConfig, Position
 from broker.pubsub import JournalFollower, PubsubService
 from broker.records import AccessEffect, AccessEntry, AccessKind, now_ms
 from broker.robust.config import RobustConfig
+from broker.robust.fanout import CARRIED_MARGIN_MS
 
 __all__ = ["DEFAULT_ACCESS_ID", "DEFAULT_TOKENS_ID", "BrokerApp"]
 
@@ -77,17 +78,22 @@ class BrokerApp:
                                      marks=self.core.fanout if self.sequenced else None)
         self.relay.register_service(SERVICE, self.handler)
         start = self.core.items.resume_positions()
+        carried: set[tuple[str, Position]] = set()
         if self.sequenced:
             # What was journaled but not yet on its links when the last broker stopped is
             # sequenced now (broker/robust/fanout.py), not lost.
             marks = await asyncio.to_thread(self.core.fanout.load)
             for part, offset in marks.items():
                 start[part] = min(offset, start.get(part, offset))
+            written = self.core.fanout.written_at
+            if written is not None:
+                carried = await asyncio.to_thread(self.core.links.carried_since,
+                                                  written - CARRIED_MARGIN_MS)
         self.follower = await asyncio.to_thread(
             JournalFollower, self.config, self.core.codec, self.handler.forward_threadsafe,
             start=start)
         if self.handler.sequenced is not None:
-            self.handler.sequenced.follow(self.follower.start_positions)
+            self.handler.sequenced.follow(self.follower.start_positions, carried)
         self.follower.start()
         self.handler.start()
         for topic, origin in self.redistribute:

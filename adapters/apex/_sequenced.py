@@ -55,6 +55,7 @@ from broker.errors import (
     RebuildRefused,
 )
 from broker.journal import Journal
+from broker.kafka_io import Position
 from broker.pubsub import PubsubService
 from broker.records import JournalEntry, PublishType, now_ms
 from broker.robust.config import RobustConfig
@@ -186,6 +187,8 @@ class SequencedFanout:
         self._repair_tail: dict[str, asyncio.Future[None]] = {}
         self._repairs: set[asyncio.Task[None]] = set()
         self._marks = marks
+        #: (link, journal position) already on the link, from before a restart (`follow`)
+        self._carried: set[tuple[str, Position]] = set()
         self._mark_task: asyncio.Task[None] | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -228,10 +231,14 @@ class SequencedFanout:
             except ApexpsError as exc:
                 log.warning("fan-out mark not written", error=str(exc))
 
-    def follow(self, start: dict[int, int]) -> None:
+    def follow(self, start: dict[int, int],
+               carried: set[tuple[str, Position]] | None = None) -> None:
         """The journal follower starts at `start` (offset per partition): what precedes it was
-        never forwarded, so a repair's catch-up reaches at least that far."""
+        never forwarded, so a repair's catch-up reaches at least that far. `carried`: (link,
+        journal position) pairs already on their links although beyond the fan-out mark (a
+        restart, broker/robust/fanout.py): not put on those links again."""
         self._follow_start = dict(start)
+        self._carried = set(carried or ())
 
     def claim(self, link: str, owner: str) -> None:
         """Claim `link` for `owner` (on subscribe, in a worker thread) and send the reset that
@@ -256,11 +263,14 @@ class SequencedFanout:
         """Sequence `entries` onto their subscribers' links (event loop); sent once durable."""
         items: list[LinkItem] = []
         targets: list[tuple[str, JournalEntry | None]] = []
-        held, forwarded = self._held, self._forwarded
+        held, forwarded, carried = self._held, self._forwarded, self._carried
         for entry in entries:
             part, offset = entry.position
             forwarded[part] = offset
             for who, link in self.service.recipient_links(entry.topic):
+                if carried and (link, entry.position) in carried:
+                    carried.discard((link, entry.position))  # on the link before a restart
+                    continue
                 if self.entitled(entry, who):
                     if held and link in held:  # under repair: after the catch-up
                         held[link].append((who, entry))

@@ -7,11 +7,13 @@ message: a loss no gap fill can see, since no link seq was ever assigned. So the
 per journal partition, the offset below which every record is durable on its links (the
 *mark*), and a restarted broker follows the journal from the marks, not from its end.
 
-What that costs. The mark is written every `MARK_INTERVAL_S`, so a restart sequences again
-what the last second or so before the crash had already put on links: those messages appear
-twice on a link, under two link seqs, with the same source and source seq. The subscriber stub
-discards the second by (source, source seq) (docs/robust-binding.md §7), so the application
-still sees each message once; a loss is what this prevents, and a loss is what matters.
+Not twice. The mark is written every `MARK_INTERVAL_S`, so what the last moments before a
+crash put on links lies beyond it. The restarted broker reads the link records written since a
+little before its newest mark (`LinkLog.carried_since`, `CARRIED_MARGIN_MS` back) and does not
+put those (link, journal position) pairs on their links again: a link carries each message once
+and its seqs stay in step with what it carried. Should that read miss one (a mark stuck for
+longer than the margin), the message appears twice on its link under two link seqs with the
+same source and source seq, and the subscriber stub discards the second (robust-binding §7).
 
 The topic (`NS.fanout`, compacted, one partition) holds one record per journal partition,
 keyed by the partition number; only the broker that serves the live path writes it.
@@ -23,15 +25,19 @@ import structlog
 
 from broker.codec import Codec
 from broker.kafka_io import KafkaConfig, KafkaProducer, Position, read_partition
-from broker.records import now_ms
+from broker.records import now_ms, to_ms
 
-__all__ = ["MARK_INTERVAL_S", "SCHEMA", "FanoutMarks"]
+__all__ = ["CARRIED_MARGIN_MS", "MARK_INTERVAL_S", "SCHEMA", "FanoutMarks"]
 
 log = structlog.get_logger(__name__)
 
 SCHEMA = "fanout_mark"
-#: How often the mark is written: the most a restart sequences twice (see the docstring).
+#: How often the mark is written.
 MARK_INTERVAL_S = 0.5
+#: How far before its newest mark a restart looks for link records: a mark is computed when it
+#: is written, but records of batches still settling then (and clock skew between this host and
+#: Kafka's timestamps) may be a little older.
+CARRIED_MARGIN_MS = 10_000
 
 
 class FanoutMarks:
@@ -39,6 +45,8 @@ class FanoutMarks:
         self.topic = config.topic("fanout")
         self._config, self._producer, self._codec = config, producer, codec
         self._written: dict[int, int] = {}
+        #: when the newest loaded mark was written (ms; None: no marks)
+        self.written_at: int | None = None
 
     def load(self) -> dict[int, int]:
         """The newest mark of every journal partition that has one."""
@@ -48,6 +56,9 @@ class FanoutMarks:
                 continue
             _, value = self._codec.decode(rec.value, expect=SCHEMA)
             marks[value["partition"]] = value["offset"]
+            at = to_ms(value["updated_at"])
+            if at is not None and (self.written_at is None or at > self.written_at):
+                self.written_at = at
         self._written = dict(marks)
         log.info("fan-out marks loaded", partitions=len(marks))
         return marks

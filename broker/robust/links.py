@@ -69,6 +69,7 @@ from broker.kafka_io import (
     KafkaConfig,
     KafkaProducer,
     Position,
+    offset_for_time,
     partition_count,
     read_partition,
 )
@@ -615,6 +616,21 @@ class LinkLog:
         return report
 
     # --- reads ----------------------------------------------------------------------------
+
+    def carried_since(self, since_ms: int) -> set[tuple[str, Position]]:
+        """(link, journal position) of every DATA record Kafka timestamped at or after
+        `since_ms`: what a restarted fan-out must not put on its link again
+        (broker/robust/fanout.py)."""
+        out: set[tuple[str, Position]] = set()
+        for part in range(partition_count(self.config, self.topic)):
+            start = offset_for_time(self.config, self.topic, part, since_ms)
+            for rec in read_partition(self.config, self.topic, part, start):
+                if rec.value is None:
+                    continue
+                record = self._decode(rec.value)
+                if record.kind is LinkKind.DATA and record.position is not None:
+                    out.add((record.link, record.position))
+        return out
 
     def _decode(self, value: bytes) -> LinkRecord:
         _, rec = self._codec.decode(value, expect=SCHEMA)
