@@ -564,6 +564,13 @@ class SequencedFanout:
         try:
             if before is not None:
                 await asyncio.wait([before])
+            if self._repair_tail.get(link) is not mine:
+                # The subscriber asked again meanwhile (the same positions: they do not move
+                # while it repairs) and takes the answer to any request of the round: serving
+                # this one too would only send the same catch-up twice.
+                log.info("repair superseded by a newer request", link=link,
+                         trans_id=req.trans_id)
+                return
             await self._repair_now(originator, req)
         except Exception as exc:  # a bug here must still answer, and free the next repair
             log.exception("source repair failed", link=link)

@@ -90,6 +90,11 @@ DEFAULT_MAX_HELD = 50_000
 DEFAULT_MAX_ATTEMPTS = 3
 #: A silent link is reported after this many heartbeat intervals without a word.
 DEFAULT_SILENT_FACTOR = 4
+#: Repair requests of one round the stub still accepts the answer to.
+MAX_ROUND = 16
+#: The longest a repair request waits before it is asked again (the wait doubles up to it): a
+#: catch-up of a long outage takes the broker a while to read and write.
+MAX_REPAIR_WAIT = 120.0
 #: `since` in a repair reaches back this far before the frontier's journal time, for sources
 #: whose messages were in flight in other partitions (clock skew between journal partitions).
 DEFAULT_REPAIR_MARGIN_MS = 1_000
@@ -295,6 +300,7 @@ class _Pending:
     hi: int = 0
     hole: int = 0
     empty: bool = False  # repair: a restart from live (nothing to lose any more)
+    attempt: int = 1  # repair: how many times this round has asked (the wait doubles)
 
 
 class SubscriberStub:
@@ -354,6 +360,9 @@ class SubscriberStub:
         self._pending: dict[int, _Pending] = {}
         self._queued: list[tuple[Stamp, bytes]] = []  # while RESUMING
         self._repair_id: int | None = None
+        #: every repair request of the current round (they all ask the same: positions do not
+        #: move while repairing), newest last; the reset answering any of them is ours
+        self._round: list[int] = []
         self._next_id = 0
         self._request_ids = request_ids
         self._hole_ids = 0
@@ -472,12 +481,19 @@ class SubscriberStub:
             hole.requested_at = now
             self._request_runs(out, hole_id, now)
         for request_id, pending in list(self._pending.items()):
-            if pending.kind != "gap" and now - pending.sent_at > self.repair_timeout \
-                    and self._pending.pop(request_id, None) is not None:
-                if pending.kind == "resume":
-                    self._lose_context(out, now, "no answer to the resume request")
-                elif self._mode is _Mode.REPAIRING:
-                    self._ask_repair(out, now, empty=pending.empty)
+            if pending.kind == "gap":
+                continue
+            wait = min(self.repair_timeout * 2 ** (pending.attempt - 1),
+                       max(self.repair_timeout, MAX_REPAIR_WAIT))
+            if now - pending.sent_at <= wait or request_id not in self._pending:
+                continue
+            if pending.kind == "resume":
+                del self._pending[request_id]
+                self._lose_context(out, now, "no answer to the resume request")
+            elif self._mode is _Mode.REPAIRING and request_id == self._repair_id:
+                # A long catch-up may still be on its way: the earlier request stays pending
+                # (its answer is as good as the new one's) and the wait doubles.
+                self._ask_repair(out, now, empty=pending.empty, attempt=pending.attempt + 1)
         return out
 
     def resume(self, now: float) -> list[Action]:
@@ -524,7 +540,7 @@ class SubscriberStub:
     def _take(self, out: list[Action], stamp: Stamp, content: bytes, now: float) -> None:
         if self._mode is _Mode.REPAIRING:
             if stamp.kind is StampKind.RESET and stamp.repair is not None \
-                    and stamp.repair == self._repair_id:
+                    and stamp.repair in self._round:
                 self._start_epoch(stamp)
                 self._mode = _Mode.LIVE
                 for request_id in [i for i, p in self._pending.items() if p.kind == "repair"]:
@@ -548,6 +564,15 @@ class SubscriberStub:
         assert self._epoch is not None
         if stamp.epoch < self._epoch:
             self.counters.stale += 1
+            return
+        if stamp.epoch > self._epoch and stamp.kind is StampKind.RESET \
+                and stamp.repair is not None and stamp.repair in self._round:
+            # The broker answered another request of the round we finished (it was asked
+            # again while a long catch-up ran): the same catch-up once more. Follow it; what we
+            # have already is discarded by (source, source seq).
+            self._drop_holes()
+            self._held.clear()
+            self._start_epoch(stamp)
             return
         if stamp.epoch > self._epoch:
             what = "reset" if stamp.kind is StampKind.RESET else "stamp"
@@ -701,14 +726,17 @@ class SubscriberStub:
         self._drop_holes()
         self._top = self._abs
         self._mode = _Mode.REPAIRING
+        self._round = []
         self._ask_repair(out, now, empty=False)
 
-    def _ask_repair(self, out: list[Action], now: float, *, empty: bool) -> None:
-        for request_id in [i for i, p in self._pending.items() if p.kind != "gap"]:
+    def _ask_repair(self, out: list[Action], now: float, *, empty: bool,
+                    attempt: int = 1) -> None:
+        for request_id in [i for i, p in self._pending.items() if p.kind == "resume"]:
             del self._pending[request_id]
         request_id = self._new_id()
         self._repair_id = request_id
-        self._pending[request_id] = _Pending("repair", now, empty=empty)
+        self._round = [*self._round[-(MAX_ROUND - 1):], request_id]
+        self._pending[request_id] = _Pending("repair", now, empty=empty, attempt=attempt)
         self.counters.repairs += 1
         sources = () if empty else self._positions_list()
         known = self._time if self._time is not None else self._first_time

@@ -181,6 +181,34 @@ def test_an_unasked_reset_means_repair_by_source_and_exactly_once_after() -> Non
     assert stub.on_reply(LinkReply(250, L, rep.request_id), 1.6) == [] and stub.idle
 
 
+def test_a_slow_repair_is_asked_again_with_backoff_and_any_answer_of_the_round_counts() -> None:
+    """A catch-up that takes longer than the repair timeout: the stub asks again (the same
+    positions), waits twice as long before a third request, takes the reset answering the
+    first request, and then follows the broker's answer to the second request too (the same
+    catch-up once more) without a Reset and without delivering anything twice."""
+    stub = fresh(repair_timeout=2.0)
+    stub.receive(data(1, 1, A, time=5_000), b"", 0.0)
+    (first,) = only(stub.receive(reset(1, time=6_000), b"", 1.0), RequestRepair)
+    assert stub.tick(2.9) == []                                   # within the timeout
+    (second,) = only(stub.tick(3.1), RequestRepair)
+    assert (second.sources, second.since) == (first.sources, first.since)
+    assert only(stub.tick(6.9), RequestRepair) == []              # the wait doubled: 4 s
+    # the answer to the first request arrives: its reset, its catch-up, then live data
+    assert stub.receive(reset(2, repair=first.request_id), b"", 7.0) == []
+    out = stub.receive(data(1, 2, A, epoch=2), b"", 7.1) + \
+        stub.receive(data(2, 3, A, epoch=2), b"", 7.2)
+    assert delivered(out) == [(A, 2), (A, 3)]
+    assert only(stub.tick(20.0), RequestRepair) == []             # nothing is asked any more
+    # the broker then answers the second request: a new epoch with the same catch-up
+    out = stub.receive(reset(3, repair=second.request_id), b"", 20.1)
+    out += stub.receive(data(1, 2, A, epoch=3), b"", 20.2) + \
+        stub.receive(data(2, 3, A, epoch=3), b"", 20.3) + \
+        stub.receive(data(3, 4, A, epoch=3), b"", 20.4)
+    assert only(out, Reset) == [] and only(out, RequestRepair) == []
+    assert delivered(out) == [(A, 4)]
+    assert stub.counters.resets == 1 and stub.counters.delivered == 4
+
+
 def test_a_newer_epoch_without_its_reset_is_a_reset_too() -> None:
     """The reset itself was lost: a stamp of a newer epoch tells the stub the same."""
     stub = fresh()
