@@ -215,6 +215,18 @@ def _validate_scope(topic: str) -> str:
     return validate_topic(topic)
 
 
+def in_scope(scope: str | None, topic: str | None) -> bool:
+    """Does an entry scoped to `scope` (None: every topic; `NAME.*`: that family) apply to
+    an operation on `topic` (None: one that names no topic)?"""
+    if scope is None:
+        return True
+    if topic is None:
+        return False
+    if scope.endswith(".*"):
+        return topic.startswith(scope[:-1])
+    return scope == topic
+
+
 def validate_entry(entry: AccessEntry) -> AccessEntry:
     """Check every field of `entry` and return it with its tokens deduplicated (in order), or
     raise InvalidParameter (553) naming the field."""
@@ -266,16 +278,7 @@ class _Rule:
     tokens: frozenset[str]
 
     def covers(self, originator: str, topic: str | None) -> bool:
-        scope = self.entry.topic
-        if scope is not None:
-            if topic is None:
-                return False
-            if scope.endswith(".*"):
-                if not topic.startswith(scope[:-1]):
-                    return False
-            elif scope != topic:
-                return False
-        return self.pattern.matches(originator)
+        return in_scope(self.entry.topic, topic) and self.pattern.matches(originator)
 
 
 class _Table:

@@ -53,7 +53,12 @@ from dataclasses import dataclass
 
 import structlog
 
-from broker._access_rules import OriginatorPattern, _validate_scope, parse_originator
+from broker._access_rules import (
+    OriginatorPattern,
+    _validate_scope,
+    in_scope,
+    parse_originator,
+)
 from broker._token_sets import (
     MAX_ITEMS,
     MAX_SPEC_LENGTH,
@@ -85,16 +90,8 @@ class _Rule:
     tokens: TokenSet
 
     def covers(self, subscriber: str, token: str, topic: str | None) -> bool:
-        scope = self.entry.topic
-        if scope is not None:
-            if topic is None:
-                return False
-            if scope.endswith(".*"):
-                if not topic.startswith(scope[:-1]):
-                    return False
-            elif scope != topic:
-                return False
-        return self.tokens.matches(token) and self.pattern.matches(subscriber)
+        return in_scope(self.entry.topic, topic) and self.tokens.matches(token) \
+            and self.pattern.matches(subscriber)
 
 
 class _Rules:
