@@ -217,10 +217,13 @@ class RobustSubscriber:
         return cls(client, stub, state=file, on_notice=on_notice, save_interval=save_interval,
                    tick_interval=tick_interval)
 
-    async def subscribe(self, topic: str, duration: int = 3600) -> None:
+    async def subscribe(self, topic: str, duration: int = 3600, *,
+                        snapshot: bool = False) -> None:
         """Subscribe to `topic` with this link (again, after a restart: it renews the
-        subscription the broker kept)."""
-        await self.client.subscribe(topic, duration, link=self.link)
+        subscription the broker kept). `snapshot`: the link first carries the current state
+        of the topic's data items (robust-binding §9; the stub delivers those copies as they
+        come, without its duplicate check)."""
+        await self.client.subscribe(topic, duration, link=self.link, snapshot=snapshot)
 
     # --- what the application reads ---------------------------------------------------
 

@@ -201,6 +201,8 @@ def stamp_fields(stamp: Stamp) -> dict[str, Any]:
                        ("time", stamp.time)):
         if value is not None:
             record[key] = value
+    if stamp.snapshot:
+        record["snapshot"] = True  # an item's image or delta sent as state (§9)
     return record
 
 
@@ -220,7 +222,7 @@ def _message_json(message: Message) -> str:
 
 
 async def _subscribe(args: argparse.Namespace) -> int:
-    if args.link is not None or args.state is not None:
+    if args.link is not None or args.state is not None or args.snapshot:
         return await _subscribe_robust(args)
     client = await _connect(args)
     try:
@@ -266,7 +268,7 @@ async def _subscribe_robust(args: argparse.Namespace) -> int:
         watcher = asyncio.create_task(_until_ended(client, robust, set(args.topic)))
         try:
             for topic in args.topic:
-                await robust.subscribe(topic, args.duration)
+                await robust.subscribe(topic, args.duration, snapshot=args.snapshot)
             print(f"apexps: subscribed to {', '.join(args.topic)} for {args.duration}s on link"
                   f" {robust.link}", file=sys.stderr, flush=True)
             seen = 0
@@ -357,11 +359,15 @@ def register(sub: Any) -> None:
     subs.add_argument("--count", type=int, default=0,
                       help="exit after this many messages (default: run until ended)")
     robust = subs.add_argument_group(
-        "robust delivery", "either option turns it on; it implies --reconnect")
+        "robust delivery", "any of these turns it on; it implies --reconnect")
     robust.add_argument("--link", metavar="ID",
                         help="the link to receive on: a named stream the broker keeps for you"
                              " (default with --state: the link the file names, else your"
                              " endpoint)")
+    robust.add_argument("--snapshot", action="store_true",
+                        help="first the current image and deltas of every data item of the"
+                             " topics (lines with \"snapshot\": true), then live messages"
+                             " (docs/robust-binding.md §9)")
     robust.add_argument("--state", metavar="FILE",
                         help="keep the position (link seq, source seqs) in FILE, rewritten"
                              " atomically; a new run resumes right after the last message"

@@ -329,3 +329,39 @@ def test_broker_kill_9_and_restart_while_subscribed(kafka_config: KafkaConfig,
                 proc.kill()
                 await proc.wait()
     run(body())
+
+
+def test_cli_subscribe_snapshot_prints_the_items_state_first(kafka_config: KafkaConfig,
+                                                             tmp_path: Path) -> None:
+    """`apexps subscribe --snapshot`: the current image and deltas of each data item first
+    (marked "snapshot": true, with their original source seqs), then live messages."""
+    async def body() -> None:
+        async with BrokerApp(kafka_config, robust=QUIET) as app:
+            pub = await PubsubClient.connect("127.0.0.1", app.port, PUB)
+            await pub.create_topic("q.items")
+            for content, ptype, mid in ((b"ibm 1", "image", "IBM"), (b"ibm +1", "update", "IBM"),
+                                        (b"msft 1", "image", "MSFT"), (b"ibm 2", "image", "IBM"),
+                                        (b"msft +1", "correction", "MSFT")):
+                await pub.publish("q.items", content, publish_type=ptype, message_id=mid)
+            control = await PubsubClient.connect("127.0.0.1", app.port, "ctl@example.com")
+            await control.subscribe("q.items", 600, snapshot=True)
+            await _seen(control, 3)  # the state is what was forwarded: all five are in it
+            proc = await asyncio.create_subprocess_exec(
+                *APEXPS, "--log-json", "subscribe", "--server", f"127.0.0.1:{app.port}",
+                "--as", "jade@example.com", "--topic", "q.items", "--snapshot",
+                "--state", str(tmp_path / "snap.json"), "--count", "4",
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            assert proc.stderr is not None
+            while not (await asyncio.wait_for(proc.stderr.readline(), TIMEOUT)).startswith(
+                    b"apexps: subscribed to"):
+                pass
+            await pub.publish("q.items", b"ibm +2", publish_type="update", message_id="IBM")
+            lines, _ = await _cli_output(proc)
+            assert [(x["content"], x["type"], x.get("snapshot", False)) for x in lines] == [
+                ("msft 1", "image", True), ("ibm 2", "image", True),
+                ("msft +1", "correction", True), ("ibm +2", "update", False)]
+            assert [x["sourceseq"] for x in lines] == [3, 4, 5, 6]
+            for c in (pub, control):
+                await c.close()
+
+    asyncio.run(body())
