@@ -56,6 +56,7 @@ from typing import Any, NamedTuple
 
 import structlog
 
+from broker._flush import FlushPolicy
 from broker._journal_writer import DataRecordWriter
 from broker.codec import Codec, default_codec
 from broker.errors import ApexpsError, InvalidParameter, JournalUnavailable
@@ -79,9 +80,6 @@ log = structlog.get_logger(__name__)
 #: Seqs per sparse-index entry: a read by (source, after) scans at most this many of the
 #: source's records before the first one it wants.
 SEQ_BUCKET = 1024
-#: Flush checkpoints at least this often, or after this many deliveries.
-CHECKPOINT_INTERVAL_S = 1.0
-CHECKPOINT_EVERY = 1000
 #: An APEX endpoint is far shorter; anything longer is hostile input.
 MAX_SOURCE_LEN = 1024
 
@@ -254,8 +252,7 @@ class Journal:
         self._partition_hw: dict[int, int] = {}  # highest delivered offset per partition
         self._marked: dict[int, int] = {}
         self._pending_gaps = 0
-        self._since_flush = 0
-        self._last_flush = time.monotonic()
+        self._checkpoints = FlushPolicy()
         self._partitions = 0
         self._routes: dict[str, tuple[bytes, int]] = {}  # source -> (key, partition)
         self._valid_topics: set[str] = set()
@@ -406,7 +403,7 @@ class Journal:
                 if off > hw.get(part, -1):
                     hw[part] = off
                 booked += 1
-            self._since_flush += booked
+            self._checkpoints.changed(booked)
         try:
             batch.callback(results)
         except Exception:  # the caller's bug must not stop other delivery reports
@@ -456,7 +453,7 @@ class Journal:
             self._write_checkpoint(f"{source}\x00{bucket}", source, seq, pos)
         if pos.offset > self._partition_hw.get(pos.partition, -1):
             self._partition_hw[pos.partition] = pos.offset
-        self._since_flush += 1
+        self._checkpoints.changed()
 
     def _explain_failed(self, source: str, topic: str, seq: int, reason: str,
                         pubseq: int | None = None) -> None:
@@ -502,12 +499,8 @@ class Journal:
                                failed=st.pub_failed)
 
     def _maybe_flush(self) -> None:
-        if self._since_flush == 0:
-            return
-        if (self._since_flush < CHECKPOINT_EVERY
-                and time.monotonic() - self._last_flush < CHECKPOINT_INTERVAL_S):
-            return
-        self._flush_checkpoints()
+        if self._checkpoints.due():
+            self._flush_checkpoints()
 
     def _flush_checkpoints(self) -> None:
         with self._book:
@@ -521,8 +514,7 @@ class Journal:
                         self._write_checkpoint(f"\x00partition\x00{part}", "", -1,
                                                Position(part, off))
                         self._marked[part] = off
-            self._since_flush = 0
-            self._last_flush = time.monotonic()
+            self._checkpoints.flushed()
 
     # --- recovery -------------------------------------------------------------------------
 

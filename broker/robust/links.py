@@ -56,6 +56,7 @@ from typing import Any, NamedTuple
 
 import structlog
 
+from broker._flush import FlushPolicy
 from broker.codec import Codec, default_codec
 from broker.errors import (
     BadGapRange,
@@ -94,9 +95,6 @@ log = structlog.get_logger(__name__)
 #: Ordinals per sparse-index entry: a read scans at most this many of the link's records
 #: before the first one it wants.
 LINK_BUCKET = 1024
-#: Flush checkpoints at least this often, or after this many deliveries.
-CHECKPOINT_INTERVAL_S = 1.0
-CHECKPOINT_EVERY = 1000
 #: Index buckets older than the retention window are dropped at most this often.
 PRUNE_INTERVAL_S = 60.0
 
@@ -329,8 +327,7 @@ class LinkLog:
         self._broken: set[str] = set()
         self._partition_hw: dict[int, int] = {}
         self._marked: dict[int, int] = {}
-        self._since_flush = 0
-        self._last_flush = time.monotonic()
+        self._checkpoints = FlushPolicy()
         self._last_prune = time.monotonic()
         self._partitions = 0
         self._writer = 0
@@ -476,7 +473,7 @@ class LinkLog:
             self._book_record(st, record, pos)
             if pos.offset > self._partition_hw.get(pos.partition, -1):
                 self._partition_hw[pos.partition] = pos.offset
-            self._since_flush += 1
+            self._checkpoints.changed()
 
     def _book_record(self, st: _State, record: LinkRecord, pos: Position) -> None:
         if record.ordinal >= st.ordinal:
@@ -505,12 +502,8 @@ class LinkLog:
         self._producer.produce(self.index_topic, key.encode(), value, _ignore, partition=0)
 
     def _maybe_flush(self) -> None:
-        if self._since_flush == 0:
-            return
-        if (self._since_flush < CHECKPOINT_EVERY
-                and time.monotonic() - self._last_flush < CHECKPOINT_INTERVAL_S):
-            return
-        self._flush_checkpoints()
+        if self._checkpoints.due():
+            self._flush_checkpoints()
 
     def _flush_checkpoints(self) -> None:
         with self._book:
@@ -525,8 +518,7 @@ class LinkLog:
                     self._marked[part] = off
             if time.monotonic() - self._last_prune > PRUNE_INTERVAL_S:
                 self._prune()
-            self._since_flush = 0
-            self._last_flush = time.monotonic()
+            self._checkpoints.flushed()
 
     def _prune(self) -> None:
         """Drop index buckets indexed before the retention window (and tombstone their keys),
