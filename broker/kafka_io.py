@@ -434,8 +434,11 @@ def read_partition(
             return
         c.assign([TopicPartition(topic, partition, first)])
         idle_deadline = time.monotonic() + 30
+        at = first
         while True:
-            msgs = c.consume(batch, timeout=0.5)
+            # consume() returns once it has `batch` messages or the timeout passed: asking for
+            # more than the range still holds would wait out the timeout on every read.
+            msgs = c.consume(max(1, min(batch, stop - at)), timeout=0.5)
             if not msgs:
                 # Offsets can be missing (compaction) at the very end of the range.
                 (pos,) = c.position([TopicPartition(topic, partition)])
@@ -454,6 +457,7 @@ def read_partition(
                 yield StoredRecord(Position(partition, off), m.key(), m.value(), m.timestamp()[1])
                 if off + 1 >= stop:
                     return
+                at = off + 1
     finally:
         c.close()
 
