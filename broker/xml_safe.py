@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable
+from typing import cast
 
 from lxml import etree
 
@@ -105,11 +106,12 @@ def checked_attributes(elem: etree._Element, allowed: set[str] | frozenset[str],
                        error: Callable[[str], Exception]) -> dict[str, str]:
     """`elem`'s attributes, if it has only `allowed` ones and every `required` one; otherwise
     raise `error(text)` (each vocabulary answers with its own reply code)."""
-    attrs = {str(k): str(v) for k, v in elem.attrib.items()}
-    unknown = set(attrs) - allowed
+    # lxml gives names and values as str (its stubs allow bytes too)
+    attrs = cast("dict[str, str]", dict(elem.items()))
+    unknown = attrs.keys() - allowed
     if unknown:
         raise error(f"unexpected attribute {sorted(unknown)[0][:40]!r} in <{elem.tag}>")
-    missing = required - set(attrs)
+    missing = required - attrs.keys()
     if missing:
         raise error(f"<{elem.tag}> lacks its {sorted(missing)[0]!r} attribute")
     return attrs

@@ -63,9 +63,10 @@ from broker.robust.fanout import MARK_INTERVAL_S, FanoutMarks
 from broker.robust.items import ItemStore
 from broker.robust.linkid import default_link_id
 from broker.robust.links import LinkItem, LinkKind, LinkLog, LinkRecord
-from broker.robust.refill import refill
+from broker.robust.refill import Refilled, refill_chunks
 from broker.robust.repair import select_catch_up
 
+from ._batch_codec import BATCH_ITEM_CONTENT, BatchPacker, batch_data_item, batch_item
 from ._codec import BEEP_XML, Data, Option, TargetHop
 from ._endpoint import Endpoint
 from ._pubsub_codec import Reply, encode_pubsub
@@ -85,6 +86,7 @@ from ._robust_codec import (
     Withheld,
     data_stamp_xml,
     encode_robust,
+    encode_stamp,
     stamp_option,
 )
 
@@ -120,6 +122,8 @@ class _Pending:
     repair: _RepairReset | None = None
     #: runs once the batch has been sent (after its last item)
     then: Callable[[_Pending], None] | None = None
+    #: its data go packed up to this many per `<batch>` (§5.4; one link's catch-up only)
+    batch: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -136,6 +140,8 @@ class _Repair:
     trans_id: int
     to: Endpoint
     failed: JournalUnavailable | None = None
+    #: the request's `batch`
+    batch: int | None = None
 
 
 @functools.lru_cache(maxsize=65536)
@@ -144,18 +150,68 @@ def _endpoint(who: str) -> Endpoint:
     return Endpoint.parse(who)
 
 
-def _data_stamp(rec: LinkRecord, entry: JournalEntry, refilled: bool = False) -> Option:
-    return Option(STAMP_OPTION, content=data_stamp_xml(
+def _stamp_xml(rec: LinkRecord, entry: JournalEntry, refilled: bool = False) -> str:
+    return data_stamp_xml(
         rec.link, rec.link_seq, epoch=rec.epoch, source=entry.source,
         source_seq=entry.source_seq, publish_type=str(entry.publish_type), topic=entry.topic,
         token=entry.permission_token, message_id=entry.message_id, time=entry.appended_at,
-        refill=refilled, snapshot=rec.snapshot))
+        refill=refilled, snapshot=rec.snapshot)
+
+
+def _data_stamp(rec: LinkRecord, entry: JournalEntry, refilled: bool = False) -> Option:
+    return Option(STAMP_OPTION, content=_stamp_xml(rec, entry, refilled))
 
 
 def _hop_option(entry: JournalEntry, trans_id: int) -> Option:
     hops = int(entry.options.get("dataHopping", DEFAULT_HOPS))
     return Option("dataHopping", trans_id, target_hop=TargetHop.ALL, must_understand=True,
                   content=f"<dataHopping noMoreThan='{hops}' reportErrors='true' />")
+
+
+def _withheld_stamp(record: LinkRecord) -> Stamp:
+    return Stamp(record.link, record.link_seq, StampKind.WITHHELD, record.epoch, refill=True)
+
+
+class _Packer:
+    """Sends one link's items packed into `<batch>` documents (§5.4), in link order: what
+    cannot travel in a batch (a reset, content over BATCH_ITEM_CONTENT) goes on its own, after
+    what was packed before it."""
+
+    def __init__(self, fanout: SequencedFanout, link: str, limit: int,
+                 send: Callable[[Data], None] | None = None) -> None:
+        self._fanout = fanout
+        self._send = send or fanout._send
+        self._packer = BatchPacker(link, limit)
+        self._to: Endpoint | None = None
+
+    def data(self, to: Endpoint, record: LinkRecord, entry: JournalEntry,
+             refilled: bool = False) -> None:
+        if len(entry.content) > BATCH_ITEM_CONTENT:
+            self.single(to, self._fanout._delivery(to, record, entry, refilled))
+        else:
+            self._add(to, batch_data_item(_stamp_xml(record, entry, refilled), entry.content,
+                                          entry.content_type))
+
+    def item(self, to: Endpoint, stamp: Stamp, doc: RobustDocument) -> None:
+        """A heartbeat or withheld item."""
+        self._add(to, batch_item(encode_stamp(stamp), encode_robust(doc)))
+
+    def single(self, to: Endpoint, data: Data) -> None:
+        self.close()
+        self._send(data)
+
+    def close(self) -> None:
+        done = self._packer.flush()
+        if done is not None and self._to is not None:
+            self._send(Data(self._fanout.endpoint, (self._to,), done, BEEP_XML))
+
+    def _add(self, to: Endpoint, item: str) -> None:
+        if self._to is not None and to != self._to:
+            self.close()  # a batch goes to one subscriber
+        self._to = to
+        done = self._packer.add(item)
+        if done is not None:
+            self._send(Data(self._fanout.endpoint, (to,), done, BEEP_XML))
 
 
 class SequencedFanout:
@@ -281,7 +337,8 @@ class SequencedFanout:
 
     def _append(self, items: list[LinkItem], targets: list[tuple[str, JournalEntry | None]],
                 *, repair: _RepairReset | None = None,
-                then: Callable[[_Pending], None] | None = None) -> _Pending | None:
+                then: Callable[[_Pending], None] | None = None,
+                batch: int | None = None) -> _Pending | None:
         """Assign seqs to `items` and queue them; the slot, or None if nothing was appended
         (no items, or the link log refused the batch)."""
         if not items:
@@ -289,7 +346,7 @@ class SequencedFanout:
         now = self._loop.time()
         for item in items:
             self._active[item.link] = now
-        slot = _Pending(items, targets, repair=repair, then=then)
+        slot = _Pending(items, targets, repair=repair, then=then, batch=batch)
         self._pending.append(slot)
 
         def durable(outcomes: list[LinkRecord | JournalUnavailable]) -> None:
@@ -323,6 +380,7 @@ class SequencedFanout:
         data per journal entry addressed to all its recipients, each with its own stamp."""
         assert slot.outcomes is not None
         by_entry: dict[int, tuple[JournalEntry, list[Endpoint], list[tuple[Option, ...]]]] = {}
+        packer = _Packer(self, slot.items[0].link, slot.batch) if slot.batch else None
         j = 0
         for outcome, record in zip(slot.outcomes, slot.records, strict=True):
             inserted = record.kind is LinkKind.RESET and slot.items[j].kind is not LinkKind.RESET
@@ -335,7 +393,14 @@ class SequencedFanout:
                 continue
             if entry is None or record.kind is not LinkKind.DATA:
                 repair = slot.repair if record.kind is LinkKind.RESET and not inserted else None
-                self._send(self._link_data(_endpoint(who), record, repair=repair))
+                data = self._link_data(_endpoint(who), record, repair=repair)
+                if packer is not None:
+                    packer.single(_endpoint(who), data)
+                else:
+                    self._send(data)
+                continue
+            if packer is not None:
+                packer.data(_endpoint(who), record, entry)
                 continue
             group = by_entry.get(id(entry))
             if group is None:
@@ -348,11 +413,27 @@ class SequencedFanout:
                             options=(_hop_option(entry, next(self._trans_ids)),),
                             recipient_options=tuple(options),
                             content_ref="#Content" if entry.content_type == BEEP_XML else None))
+        if packer is not None:
+            packer.close()
+
+    def _delivery(self, to: Endpoint, record: LinkRecord, entry: JournalEntry,
+                  refilled: bool = False) -> Data:
+        """One data carrying `entry` on `record`'s link seq to `to` alone."""
+        return Data(Endpoint(SERVICE, self.service.domain, entry.topic), (to,), entry.content,
+                    entry.content_type,
+                    recipient_options=((_data_stamp(record, entry, refilled),),),
+                    content_ref="#Content" if entry.content_type == BEEP_XML else None)
 
     def _link_data(self, to: Endpoint, record: LinkRecord, refilled: bool = False, *,
                    repair: _RepairReset | None = None) -> Data:
         """A heartbeat or reset of `record`'s link, as data from apex=pubsub@D; `repair`: the
         reset answers that source repair."""
+        stamp, doc = self._link_stamp(record, refilled, repair)
+        return Data(self.endpoint, (to,), encode_robust(doc), BEEP_XML,
+                    recipient_options=((stamp_option(stamp),),), content_ref="#Content")
+
+    def _link_stamp(self, record: LinkRecord, refilled: bool = False,
+                    repair: _RepairReset | None = None) -> tuple[Stamp, RobustDocument]:
         doc: RobustDocument
         if record.kind is LinkKind.RESET and repair is not None:
             stamp = Stamp(record.link, 0, StampKind.RESET, record.epoch,
@@ -365,8 +446,7 @@ class SequencedFanout:
             stamp = Stamp(record.link, record.link_seq, StampKind.HEARTBEAT, record.epoch,
                           time=record.recorded_at, refill=refilled)
             doc = Heartbeat(self.config.heartbeat_ms)
-        return Data(self.endpoint, (to,), encode_robust(doc), BEEP_XML,
-                    recipient_options=((stamp_option(stamp),),), content_ref="#Content")
+        return stamp, doc
 
     # --- snapshots (§9) -----------------------------------------------------------------
 
@@ -485,47 +565,85 @@ class SequencedFanout:
 
     async def _gap(self, originator: Endpoint, req: GapRequest) -> list[Data]:
         """§5.1: the exact items again (refill='true'), then linkreply 250; or one linkreply
-        with the error, and nothing else sent and nothing changed."""
+        with the error, and nothing else sent and nothing changed. The items go out a chunk at
+        a time while the journal is still being read (`refill_chunks`); a message found gone
+        from the journal part-way gets the 569 after the items before it."""
+        began = self._loop.time()
+        chunks = None
         try:
             self.links.check_owner(req.link, str(originator))
-            found = await asyncio.to_thread(refill, self.links, self.journal, req.link,
-                                            req.link_from, req.link_to, epoch=req.epoch)
+            chunks = refill_chunks(self.links, self.journal, req.link, req.link_from,
+                                   req.link_to, epoch=req.epoch)
+            chunk = await asyncio.to_thread(next, chunks, None)
         except ApexpsError as exc:
-            head = self.links.last(req.link)
-            reply = LinkReply.from_exception(
-                exc, req.link, req.trans_id, epoch=None if head is None else head.epoch,
-                link_seq=None if head is None else head.link_seq,
-                max_gap=self.links.max_gap if isinstance(exc, RebuildRefused) else None)
-            log.info("gap refused", link=req.link, originator=str(originator),
-                     code=reply.code, reason=str(exc))
-            return [self._doc(originator, reply)]
-        out: list[Data] = []
-        withheld = 0
-        for record, entry in found:
-            if entry is None:
-                out.append(self._link_data(originator, record, refilled=True))
-            elif not self.entitled(entry, str(originator)):
-                withheld += 1
-                out.append(self._withheld(originator, record))
-            else:
-                out.append(Data(Endpoint(SERVICE, self.service.domain, entry.topic),
-                                (originator,), entry.content, entry.content_type,
-                                recipient_options=((_data_stamp(record, entry, True),),),
-                                content_ref="#Content" if entry.content_type == BEEP_XML
-                                else None))
+            if chunks is not None:
+                chunks.close()
+            return [self._gap_refused(originator, req, exc)]
+        packer = _Packer(self, req.link, req.batch) if req.batch else None
+        items = withheld = 0
+        last: int | None = None
+        try:
+            while chunk is not None:
+                withheld += self._send_refill(originator, chunk, packer)
+                items += len(chunk)
+                last = chunk[-1][0].link_seq
+                try:
+                    chunk = await asyncio.to_thread(next, chunks, None)
+                except ApexpsError as exc:
+                    return [self._gap_refused(originator, req, exc)]
+        finally:
+            chunks.close()
         head = self.links.last(req.link)
-        last = found[-1][0].link_seq if found else (None if head is None else head.link_seq)
-        out.append(self._doc(originator, LinkReply(
-            250, req.link, req.trans_id, None if head is None else head.epoch, last)))
-        log.info("gap filled", link=req.link, originator=str(originator), items=len(found),
-                 withheld=withheld)
-        return out
+        if last is None:
+            last = None if head is None else head.link_seq
+        log.info("gap filled", link=req.link, originator=str(originator), items=items,
+                 withheld=withheld, batch=req.batch,
+                 ms=round((self._loop.time() - began) * 1000))
+        return [self._doc(originator, LinkReply(
+            250, req.link, req.trans_id, None if head is None else head.epoch, last))]
+
+    def _send_refill(self, to: Endpoint, chunk: Refilled, packer: _Packer | None) -> int:
+        """Send one chunk of a gap fill; how many of its messages were withheld."""
+        withheld = 0
+        for record, entry in chunk:
+            if entry is None:
+                if packer is not None and record.kind is not LinkKind.RESET:
+                    packer.item(to, *self._link_stamp(record, refilled=True))
+                    continue
+                data = self._link_data(to, record, refilled=True)
+            elif not self.entitled(entry, str(to)):
+                withheld += 1
+                if packer is not None:
+                    packer.item(to, _withheld_stamp(record), Withheld())
+                    continue
+                data = self._withheld(to, record)
+            elif packer is not None:
+                packer.data(to, record, entry, refilled=True)
+                continue
+            else:
+                data = self._delivery(to, record, entry, refilled=True)
+            if packer is not None:
+                packer.single(to, data)
+            else:
+                self._send(data)
+        if packer is not None:
+            packer.close()  # on its way before the next chunk is read
+        return withheld
+
+    def _gap_refused(self, originator: Endpoint, req: GapRequest, exc: ApexpsError) -> Data:
+        head = self.links.last(req.link)
+        reply = LinkReply.from_exception(
+            exc, req.link, req.trans_id, epoch=None if head is None else head.epoch,
+            link_seq=None if head is None else head.link_seq,
+            max_gap=self.links.max_gap if isinstance(exc, RebuildRefused) else None)
+        log.info("gap refused", link=req.link, originator=str(originator),
+                 code=reply.code, reason=str(exc))
+        return self._doc(originator, reply)
 
     def _withheld(self, to: Endpoint, record: LinkRecord) -> Data:
         """§2.4: the seq `record` holds, refilled without its message: no content, no source
         attributes, no time (the journal time would say when the message was published)."""
-        stamp = Stamp(record.link, record.link_seq, StampKind.WITHHELD, record.epoch,
-                      refill=True)
+        stamp = _withheld_stamp(record)
         return Data(self.endpoint, (to,), encode_robust(Withheld()), BEEP_XML,
                     recipient_options=((stamp_option(stamp),),), content_ref="#Content")
 
@@ -596,6 +714,7 @@ class SequencedFanout:
         held: list[tuple[str, JournalEntry]] = []
         self._held[link] = held
         covered: dict[str, int] = {}  # source -> highest source seq the catch-up put on
+        began = self._loop.time()
         try:
             try:
                 entries = await asyncio.to_thread(
@@ -607,7 +726,8 @@ class SequencedFanout:
                          code=int(exc.code), reason=str(exc))
                 self._send(self._link_reply(originator, link, req.trans_id, exc))
                 return
-            state = _Repair(link, req.trans_id, originator)
+            read = self._loop.time()
+            state = _Repair(link, req.trans_id, originator, batch=req.batch)
             times = [e.appended_at for e in entries] + [e.appended_at for _, e in held]
             reset = _RepairReset(req.trans_id, min([now_ms(), *times]))
             chunks = [entries[i:i + REPAIR_CHUNK]
@@ -620,7 +740,9 @@ class SequencedFanout:
                                           last=n == len(chunks) - 1):
                     break
             log.info("repair answered", link=link, originator=str(originator),
-                     items=len(entries), held=len(held))
+                     items=len(entries), held=len(held), batch=req.batch,
+                     read_ms=round((read - began) * 1000),
+                     ms=round((self._loop.time() - began) * 1000))
         finally:
             # Whatever forward() held goes on the link after what was put on it (in the old
             # epoch if the repair was refused), less what the catch-up already carried.
@@ -644,7 +766,7 @@ class SequencedFanout:
         if reset is not None:
             items.insert(0, LinkItem.reset(link))
             targets.insert(0, (to, None))
-        slot = self._append(items, targets, repair=reset,
+        slot = self._append(items, targets, repair=reset, batch=state.batch,
                             then=functools.partial(self._repair_sent, state, last))
         if slot is None:
             if reset is None:

@@ -40,6 +40,7 @@ import structlog
 from broker.errors import ApexpsError, ServiceNotAvailable
 from broker.records import PublishType
 
+from ._batch_codec import DEFAULT_BATCH, Batch, decode_batch
 from ._codec import Data
 from ._endpoint import Endpoint
 from ._pubsub_codec import (
@@ -228,24 +229,29 @@ class PubsubClient:
         await self._ask(SnapshotRequest(topic, trans, message_id, link), trans)
 
     async def gap(self, link: str, link_from: int, link_to: int | None = None,
-                  epoch: int | None = None) -> LinkReply:
+                  epoch: int | None = None, *, batch: int | None = DEFAULT_BATCH) -> LinkReply:
         """Ask for link seqs `link_from..link_to` again (§5.1). The refilled items arrive
         from `events()` (stamp.refill) before this returns the 250 `linkreply`; any other code
-        raises its `ApexpsError` (553, 537, 569, 570)."""
+        raises its `ApexpsError` (553, 537, 569, 570). `batch`: how many items the broker may
+        pack into one data (§5.4; None: one data each); they arrive one by one either way."""
         trans = self.new_trans_id()
-        answer = await self._ask(GapRequest(link, link_from, trans, link_to, epoch), trans)
+        answer = await self._ask(GapRequest(link, link_from, trans, link_to, epoch, batch),
+                                 trans)
         assert isinstance(answer, LinkReply)
         return answer
 
     async def repair(self, link: str, sources: Iterable[tuple[str, int]] = (),
-                     since: int | None = None, epoch: int | None = None) -> LinkReply:
+                     since: int | None = None, epoch: int | None = None, *,
+                     batch: int | None = DEFAULT_BATCH) -> LinkReply:
         """Repair `link` by source (§5.2): per (source, last source seq we have), everything
         after it; for other sources, what the journal accepted at or after `since` (ms). The
         reset that starts the new epoch and the catch-up arrive from `events()` before this
-        returns the 250 `linkreply`; any other code raises its `ApexpsError` (537, 553, 570)."""
+        returns the 250 `linkreply`; any other code raises its `ApexpsError` (537, 553, 570).
+        `batch` as for `gap`."""
         trans = self.new_trans_id()
         positions = tuple(SourcePosition(source, after) for source, after in sources)
-        answer = await self._ask(RepairRequest(link, trans, positions, since, epoch), trans)
+        answer = await self._ask(RepairRequest(link, trans, positions, since, epoch, batch),
+                                 trans)
         assert isinstance(answer, LinkReply)
         return answer
 
@@ -358,6 +364,14 @@ class PubsubClient:
     def _robust(self, data: Data) -> bool:
         """Handle a robust delivery document (heartbeat, reset, linkreply, capabilities)."""
         head = data.content.lstrip()[:64]
+        if head.startswith(b"<batch"):
+            try:
+                batch = decode_batch(data.content)
+            except ApexpsError as exc:  # its holes get asked for again
+                log.warning("batch refused", originator=str(data.originator), error=str(exc))
+                return True
+            self._unpack(batch, data.originator.domain)
+            return True
         if not any(head.startswith(b"<" + t.encode()) for t in ROBUST_ELEMENTS):
             return False
         try:
@@ -377,6 +391,24 @@ class PubsubClient:
         if not self._to_link(stamp.link, LinkEvent(stamp, doc)) and self.link_events:
             self._events.put_nowait(LinkEvent(stamp, doc))
         return True
+
+    def _unpack(self, batch: Batch, domain: str) -> None:
+        """Hand each item of `batch` on as if it had come as a data of its own."""
+        origins: dict[str, str] = {}
+        for item in batch.items:
+            stamp = item.stamp
+            if item.document is not None:
+                event = LinkEvent(stamp, item.document)
+                if not self._to_link(stamp.link, event) and self.link_events:
+                    self._events.put_nowait(event)
+                continue
+            topic = stamp.topic or ""
+            origin = origins.get(topic)
+            if origin is None:
+                origin = origins[topic] = str(Endpoint(SERVICE, domain, topic))
+            delivered = Delivered(topic, origin, item.content, item.content_type, stamp)
+            if not self._to_link(stamp.link, delivered):
+                self._events.put_nowait(delivered)
 
     def _route(self, data: Data) -> None:
         origin = data.originator

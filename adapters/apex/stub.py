@@ -58,6 +58,7 @@ from broker.robust.config import DEFAULT_MAX_GAP
 from broker.robust.linkid import validate_link_id
 from broker.robust.linkseq import LinkSeqSpace
 
+from ._batch_codec import DEFAULT_BATCH
 from ._robust_codec import (
     GapRequest,
     LinkReply,
@@ -123,7 +124,8 @@ class RequestGap:
     link_to: int | None
 
     def document(self) -> GapRequest:
-        return GapRequest(self.link, self.link_from, self.request_id, self.link_to, self.epoch)
+        return GapRequest(self.link, self.link_from, self.request_id, self.link_to, self.epoch,
+                          DEFAULT_BATCH)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +139,8 @@ class RequestRepair:
     since: int | None
 
     def document(self) -> RepairRequest:
-        return RepairRequest(self.link, self.request_id, self.sources, self.since, self.epoch)
+        return RepairRequest(self.link, self.request_id, self.sources, self.since, self.epoch,
+                             DEFAULT_BATCH)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from lxml import etree
 from adapters.apex._codec import Data, Option, decode, encode
 from adapters.apex._endpoint import Endpoint
 from adapters.apex._robust_codec import (
+    MAX_BATCH_ITEMS,
     MAX_LINK_SEQ,
     PUBLISH_OPTION,
     STAMP_OPTION,
@@ -214,11 +215,13 @@ _docs: st.SearchStrategy[RobustDocument] = st.one_of(
     st.builds(LinkReset, st.none() | _names),
     st.just(Withheld()),
     st.builds(GapRequest, _links, st.integers(0, MAX_LINK_SEQ), _ids,
-              st.none() | st.integers(0, MAX_LINK_SEQ), st.none() | _longs),
+              st.none() | st.integers(0, MAX_LINK_SEQ), st.none() | _longs,
+              st.none() | st.integers(1, MAX_BATCH_ITEMS)),
     st.builds(RepairRequest, _links, _ids,
               st.lists(st.builds(SourcePosition, _sources, _longs), max_size=3,
                        unique_by=lambda p: p.source).map(tuple),
-              st.none() | _longs, st.none() | _longs),
+              st.none() | _longs, st.none() | _longs,
+              st.none() | st.integers(1, MAX_BATCH_ITEMS)),
     st.builds(CapabilityQuery, _ids),
     st.builds(PubStatusQuery, _ids),
     st.builds(PubStatus, _sources, _longs, _longs, st.none() | _ids),
@@ -321,6 +324,10 @@ def test_foreign_or_doubled_stamp_options() -> None:
     (b"<gap link='L' linkfrom='1' transID='1' extra='x' />", ParameterSyntaxError),
     (b"<gap link='L' linkfrom='1' transID='1'>x</gap>", ParameterSyntaxError),
     (b"<gap link=' L' linkfrom='1' transID='1' />", InvalidParameter),
+    (b"<gap link='L' linkfrom='1' transID='1' batch='0' />", ParameterSyntaxError),
+    (b"<gap link='L' linkfrom='1' transID='1' batch='4097' />", ParameterSyntaxError),
+    (b"<gap link='L' linkfrom='1' transID='1' batch='many' />", ParameterSyntaxError),
+    (b"<repair link='L' transID='1' batch='-5' />", ParameterSyntaxError),
     (b"<repair link='L' transID='1'><source name='a@b.c' after='1' />"
      b"<source name='a@b.c' after='2' /></repair>", InvalidParameter),        # twice
     (b"<repair link='L' transID='1'><source name='nobody' after='1' /></repair>",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from adapters.apex._batch_codec import DEFAULT_BATCH
 from adapters.apex._robust_codec import (
     GapRequest,
     LinkReply,
@@ -126,7 +127,7 @@ def test_a_gap_request_may_wrap_around() -> None:
     stub = SubscriberStub(L, 16, 1.0, positions=Positions(L, 16, 0, 65533, 5, {}))
     (gap,) = stub.receive(data(3, 9), b"", 0.0)
     assert isinstance(gap, RequestGap) and (gap.link_from, gap.link_to) == (65534, 2)
-    assert gap.document() == GapRequest(L, 65534, gap.request_id, 2, 0)
+    assert gap.document() == GapRequest(L, 65534, gap.request_id, 2, 0, DEFAULT_BATCH)
 
 
 def test_a_persistent_hole_is_delayed_asked_again_then_repaired_by_source() -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import pytest
 
 from adapters.apex import ApexClient
+from adapters.apex._batch_codec import decode_batch
 from adapters.apex._codec import BEEP_XML
 from adapters.apex._endpoint import Endpoint
 from adapters.apex._robust_codec import (
@@ -78,6 +79,10 @@ class Wire:
                 doc = decode_robust(data.content)
                 assert isinstance(doc, LinkReply)
                 self.inbox.put_nowait(Got(reply=doc))
+                continue
+            if data.originator.subaddress is None and data.content.startswith(b"<batch"):
+                for item in decode_batch(data.content).items:  # asked for with batch= (§5.4)
+                    self.inbox.put_nowait(Got(item.stamp, item.content))
                 continue
             mine = data.recipients.index(self.me) if self.me in data.recipients else 0
             stamp = find_stamp(data.options_of(mine))

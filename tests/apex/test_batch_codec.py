@@ -1,0 +1,220 @@
+"""The `<batch>` document (docs/robust-binding.md §5.4): what the packer writes decodes to the
+very stamps and contents it was given, fits the DTD, and stays within its bounds; the fast stamp
+reader agrees with the full one on any input; hostile batches get the right code."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from lxml import etree
+
+from adapters.apex._batch_codec import (
+    BATCH_BYTES,
+    MAX_BATCH_XML,
+    BatchPacker,
+    batch_data_item,
+    batch_item,
+    decode_batch,
+)
+from adapters.apex._robust_codec import (
+    MAX_BATCH_ITEMS,
+    Heartbeat,
+    Stamp,
+    StampKind,
+    StampReader,
+    Withheld,
+    data_stamp_xml,
+    encode_robust,
+    encode_stamp,
+    stamp_element,
+)
+from broker.errors import ApexpsError, InvalidParameter, ParameterSyntaxError, SyntaxError_
+from broker.records import PublishType
+
+DTD = etree.DTD(str(Path(__file__).resolve().parents[2] / "docs" / "apexps-robust.dtd"))
+LINK = "desk <&>'\" 1"
+
+
+def _data(link_seq: int, source_seq: int, content: bytes = b"x", **kw: object) -> str:
+    stamp = data_stamp_xml(LINK, link_seq, epoch=2, source="pub@example.com",
+                           source_seq=source_seq, publish_type="update", topic="q.a",
+                           time=1_700_000_000_000, refill=True, **kw)  # type: ignore[arg-type]
+    return batch_data_item(stamp, content, "text/plain")
+
+
+def _pack(items: list[str], limit: int = MAX_BATCH_ITEMS) -> list[bytes]:
+    packer = BatchPacker(LINK, limit)
+    docs = [d for d in (packer.add(i) for i in items) if d is not None]
+    last = packer.flush()
+    return docs + ([last] if last is not None else [])
+
+
+# --- round trips ----------------------------------------------------------------------------
+
+_contents = st.binary(max_size=300)
+_types = st.sampled_from(["text/plain", "application/octet-stream", "application/beep+xml",
+                          "text/plain;charset=utf-8", "x/y+z"])
+
+
+@st.composite
+def _items(draw: st.DrawFn) -> tuple[Stamp, bytes, str, Heartbeat | Withheld | None]:
+    link_seq = draw(st.integers(1, 2**64 - 1))
+    kind = draw(st.sampled_from([StampKind.DATA, StampKind.DATA, StampKind.HEARTBEAT,
+                                 StampKind.WITHHELD]))
+    if kind is StampKind.HEARTBEAT:
+        return (Stamp(LINK, link_seq, kind, 3, time=draw(st.none() | st.integers(0, 2**63 - 1)),
+                      refill=True), b"", "", Heartbeat(draw(st.integers(1, 10**6))))
+    if kind is StampKind.WITHHELD:
+        return Stamp(LINK, link_seq, kind, 3, refill=True), b"", "", Withheld()
+    stamp = Stamp(LINK, link_seq, kind, 3, draw(st.sampled_from(["a@b.c", "pub@example.com"])),
+                  draw(st.integers(1, 2**63 - 1)), draw(st.sampled_from(PublishType)),
+                  draw(st.sampled_from(["q.a", "q.b"])),
+                  draw(st.none() | st.sampled_from(["6747", "t<&>"])),
+                  draw(st.none() | st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7e),
+                                           min_size=1, max_size=20)),
+                  draw(st.none() | st.integers(0, 2**63 - 1)), draw(st.booleans()),
+                  snapshot=draw(st.booleans()))
+    return stamp, draw(_contents), draw(_types), None
+
+
+@given(st.lists(_items(), min_size=1, max_size=40), st.integers(1, 12))
+def test_what_is_packed_decodes_to_the_same_items_in_order(
+        items: list[tuple[Stamp, bytes, str, Heartbeat | Withheld | None]], limit: int) -> None:
+    encoded = [batch_item(encode_stamp(s), encode_robust(d)) if d is not None
+               else batch_data_item(encode_stamp(s), c, t) for s, c, t, d in items]
+    docs = _pack(encoded, limit)
+    assert all(len(decode_batch(doc).items) <= limit for doc in docs)
+    got = [item for doc in docs for item in decode_batch(doc).items]
+    assert [(i.stamp, i.content, i.document) for i in got] == [(s, c, d) for s, c, _, d in items]
+    assert [i.content_type for i in got if i.document is None] == \
+        [t for _, _, t, d in items if d is None]
+    for doc in docs:
+        assert DTD.validate(etree.fromstring(doc)), DTD.error_log.filter_from_errors()
+
+
+def test_a_batch_closes_at_its_byte_bound() -> None:
+    big = b"y" * (100 * 1024)
+    docs = _pack([_data(n, n, big) for n in range(1, 21)])
+    assert len(docs) > 1
+    assert all(len(doc) <= BATCH_BYTES for doc in docs)
+    got = [i.stamp.link_seq for doc in docs for i in decode_batch(doc).items]
+    assert got == list(range(1, 21))
+
+
+# --- the fast stamp reader agrees with the full one -------------------------------------------
+
+_numbers = st.sampled_from(["0", "1", "7", "-1", "01", "1e3", " 1", "18446744073709551615",
+                            "18446744073709551616", "9223372036854775808", "x", ""])
+_attr_values = {
+    "linkseq": _numbers, "sourceseq": _numbers, "time": _numbers, "epoch": _numbers,
+    "messageid": st.sampled_from(["m1", "m\tx", "", "x" * 1025, "ok id"]),
+    "kind": st.sampled_from(["data", "heartbeat", "withheld", "reset", "other"]),
+    "source": st.sampled_from(["a@b.c", "nobody", "pub@example.com"]),
+    "type": st.sampled_from(["update", "image", "nonsense"]),
+    "topic": st.sampled_from(["q.a", "9bad", "q.b"]),
+    "token": st.sampled_from(["6747", "a\tb"]),
+    "link": st.sampled_from(["L", " L", "M"]),
+    "refill": st.sampled_from(["true", "false", "yes"]),
+    "repair": _numbers,
+    "snapshot": st.sampled_from(["true", "false"]),
+    "bogus": st.just("1"),
+}
+
+
+@st.composite
+def _seq_elements(draw: st.DrawFn) -> etree._Element:
+    """Mostly plain data stamps of one link (what the reader caches), with some attributes
+    changed or dropped."""
+    attrs = {"link": "L", "linkseq": "5", "kind": "data", "source": "a@b.c", "sourceseq": "9",
+             "type": "update", "topic": "q.a", "time": "12"}
+    for name in draw(st.lists(st.sampled_from(sorted(_attr_values)), max_size=3)):
+        if draw(st.booleans()) and name in attrs:
+            del attrs[name]
+        else:
+            attrs[name] = draw(_attr_values[name])
+    elem = etree.Element(draw(st.sampled_from(["seq", "seq", "seq", "item"])))
+    for name, value in attrs.items():
+        elem.set(name, value)
+    if draw(st.integers(0, 9)) == 0:
+        elem.text = "text"
+    return elem
+
+
+def _outcome(read: object, elem: etree._Element) -> object:
+    try:
+        return read(elem)  # type: ignore[operator]
+    except ApexpsError as exc:
+        return type(exc)
+
+
+@given(st.lists(_seq_elements(), min_size=1, max_size=30))
+def test_the_stamp_reader_answers_exactly_as_stamp_element(elems: list[etree._Element]) -> None:
+    reader = StampReader()
+    for elem in elems:
+        assert _outcome(reader.read, elem) == _outcome(stamp_element, elem)
+
+
+# --- hostile batches --------------------------------------------------------------------------
+
+_SEQ = "<seq link='L' linkseq='1' kind='data' source='a@b.c' sourceseq='1' type='update'" \
+    " topic='q.a' />"
+_HB = "<seq link='L' linkseq='2' kind='heartbeat' refill='true' />"
+
+
+@pytest.mark.parametrize(("doc", "error"), [
+    (b"<batch link='L'></batch>", ParameterSyntaxError),                          # no items
+    (b"<batches link='L' />", ParameterSyntaxError),
+    (b"<batch><item/></batch>", ParameterSyntaxError),                            # no link
+    (f"<batch link='L'><item>{_SEQ}</item></batch>".encode(), ParameterSyntaxError),
+    (f"<batch link='L'><item>{_SEQ}<content type='t/p'>!!</content></item></batch>".encode(),
+     ParameterSyntaxError),                                                     # not base64
+    (f"<batch link='L'><item>{_SEQ}<content>eA==</content></item></batch>".encode(),
+     ParameterSyntaxError),                                                     # no type
+    (f"<batch link='L'><item>{_SEQ}<content type='a b'>eA==</content></item></batch>".encode(),
+     ParameterSyntaxError),                                                     # bad type
+    (f"<batch link='L'><item>{_SEQ}<heartbeat interval='5' /></item></batch>".encode(),
+     ParameterSyntaxError),                                                     # data, no content
+    (f"<batch link='L'><item>{_HB}<withheld /></item></batch>".encode(), ParameterSyntaxError),
+    (f"<batch link='M'><item>{_HB}<heartbeat interval='5' /></item></batch>".encode(),
+     ParameterSyntaxError),                                                     # other link
+    (b"<batch link='L'><item><seq link='L' linkseq='0' kind='reset' /><heartbeat interval='5'"
+     b" /></item></batch>", ParameterSyntaxError),                              # a reset
+    (f"<batch link='L'><item>{_HB}<heartbeat interval='5' /><withheld /></item></batch>"
+     .encode(), ParameterSyntaxError),                                          # three children
+    (f"<batch link='L'>x<item>{_HB}<heartbeat interval='5' /></item></batch>".encode(),
+     ParameterSyntaxError),                                                     # stray text
+    (f"<batch link='L'><item n='1'>{_HB}<heartbeat interval='5' /></item></batch>".encode(),
+     ParameterSyntaxError),
+    (f"<batch link='L'><item>{_SEQ}<content type='t/p'><b/></content></item></batch>"
+     .encode(), ParameterSyntaxError),                                          # nested
+    (b"<batch link=' L'><item/></batch>", InvalidParameter),
+    (b"<!DOCTYPE batch [<!ENTITY e 'x'>]><batch link='L'>&e;</batch>", SyntaxError_),
+    (b"<batch link='L'>", SyntaxError_),
+    (b"<batch link='L'>" + b"<item/>" * (MAX_BATCH_XML // 7) + b"</batch>", SyntaxError_),
+    (b"<batch link='L'>" + f"<item>{_HB}<heartbeat interval='5' /></item>".encode()
+     * (MAX_BATCH_ITEMS + 1) + b"</batch>", ParameterSyntaxError),              # too many
+])
+def test_hostile_batches_get_the_right_code(doc: bytes, error: type[ApexpsError]) -> None:
+    with pytest.raises(error):
+        decode_batch(doc)
+
+
+@given(st.binary(max_size=400))
+def test_any_bytes_decode_or_raise_a_coded_error(data: bytes) -> None:
+    with contextlib.suppress(ApexpsError):  # anything else escaping fails the test
+        decode_batch(b"<batch link='L'><item>" + data + b"</item></batch>")
+
+
+def test_the_binding_example_decodes() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "robust-binding.md").read_text()
+    example = text.split("```xml\n<batch ", 1)[1].split("```", 1)[0]
+    batch = decode_batch(f"<batch {example}".encode())
+    assert batch.link == "desk-1"
+    assert [(i.stamp.link_seq, i.stamp.kind) for i in batch.items] == [
+        (56737, StampKind.DATA), (56738, StampKind.HEARTBEAT), (56739, StampKind.WITHHELD)]
+    assert (batch.items[0].content, batch.items[0].content_type) == (b"IBM 183.22", "text/plain")
+    assert batch.items[1].document == Heartbeat(5000)
