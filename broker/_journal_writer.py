@@ -25,6 +25,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from broker._avro_bytes import (
+    _LONG_MAX,
+    _NULL,
+    _ONE_BYTE,
+    _PRESENT,
+    _long,
+    _Slow,
+    _string,
+    _varint,
+)
 from broker.codec import MARKER, Codec
 from broker.records import Publication
 
@@ -35,52 +45,15 @@ SCHEMA = "journal_record"
 #: `DataRecordWriter.fast` False (and every record takes the generic path) until it is taught.
 V2_FINGERPRINT = bytes.fromhex("270752eabf28aa5c")
 
-_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
-_ONE_BYTE = [bytes((i,)) for i in range(128)]
 #: Beyond this many distinct (topic, source) pairs the head cache is cleared: hostile traffic
 #: with ever-new sources must not grow memory without bound.
 _HEADS_LIMIT = 100_000
 
-_NULL = b"\x00"
-_PRESENT = b"\x02"  # union branch 1 of [null, T]
 #: publisher_seq null, gap_to null, gap_reason null
 _THREE_NULLS = b"\x00\x00\x00"
 _EMPTY_MAP = b"\x00"
 _PUBLISH_TYPES = {s: _ONE_BYTE[2 * i] for i, s in enumerate(
     ("update", "correction", "image", "drop", "snapshot", "add"))}
-
-
-class _Slow(Exception):
-    """This value is not plainly valid: let the generic path write or refuse the record."""
-
-
-def _varint(z: int) -> bytes:
-    """Avro's variable-length encoding of an already zig-zagged (non-negative) number."""
-    if z < 0x80:
-        return _ONE_BYTE[z]
-    if z < 0x4000:
-        return bytes(((z & 0x7F) | 0x80, z >> 7))
-    if z < 0x200000:
-        return bytes(((z & 0x7F) | 0x80, ((z >> 7) & 0x7F) | 0x80, z >> 14))
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
-def _long(n: Any) -> bytes:
-    if type(n) is not int or not _LONG_MIN <= n <= _LONG_MAX:
-        raise _Slow
-    return _varint((n << 1) ^ (n >> 63))
-
-
-def _string(s: Any) -> bytes:
-    if type(s) is not str:
-        raise _Slow
-    b = s.encode()
-    return _varint(len(b) << 1) + b
 
 
 def _fields(fields: Any) -> bytes:

@@ -75,6 +75,7 @@ from broker.kafka_io import (
     read_partition,
 )
 from broker.records import JournalEntry, now_ms, to_ms
+from broker.robust._link_writer import LinkRecordWriter
 from broker.robust.config import DEFAULT_MAX_GAP
 from broker.robust.linkid import validate_link_id
 from broker.robust.linkseq import DEFAULT_BITS, LinkSeqSpace
@@ -314,6 +315,7 @@ class LinkLog:
         self._clock = clock
         self._producer = producer
         self._codec = codec or default_codec()
+        self._record_writer = LinkRecordWriter(self._codec)
         # _lock: assignment and produce order. _book: what delivery reports update (poll
         # thread, or any thread inside flush()); never take _lock under _book.
         self._lock = threading.Lock()
@@ -374,9 +376,9 @@ class LinkLog:
                     self._broken.discard(link)
                 heads[link] = self._next_record(records, item, head, at)
             batch = _Batch(self, records, callback)
-            encode = self._codec.encode
-            queued = [(r.link.encode(), encode(SCHEMA, r.to_avro()), self.partition_for(r.link),
-                       _Record(batch, i)) for i, r in enumerate(records)]
+            encode = self._record_writer.encode
+            queued = [(r.link.encode(), encode(r), self.partition_for(r.link), _Record(batch, i))
+                      for i, r in enumerate(records)]
             refused = self._producer.produce_many(self.topic, queued)
             self._heads.update(heads)
         for delivery, error in refused:  # outside the lock: this may run the callback

@@ -1,0 +1,83 @@
+"""The link log's record writer writes exactly what the generic codec writes, or refuses exactly
+what it refuses, for any link record."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from broker.codec import default_codec
+from broker.errors import RecordSchemaError
+from broker.kafka_io import Position
+from broker.robust._link_writer import SCHEMA, LinkRecordWriter
+from broker.robust.links import LinkKind, LinkRecord
+
+longs = st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)
+ints = st.integers(min_value=-(1 << 31), max_value=(1 << 31) - 1)
+text = st.text(max_size=12)
+
+
+@st.composite
+def records(draw: st.DrawFn, *, wild: bool = False) -> LinkRecord:
+    """Any link record; `wild`: with values out of their Avro ranges too."""
+    big = st.integers(min_value=-(1 << 70), max_value=1 << 70) if wild else longs
+    position = draw(st.none() | st.builds(Position, big if wild else ints, big))
+    return LinkRecord(
+        link=draw(text), ordinal=draw(big), epoch=draw(big), epoch_start=draw(big),
+        bits=draw(big if wild else ints), link_seq=draw(longs),
+        kind=draw(st.sampled_from(LinkKind)), position=position,
+        source=draw(st.none() | text), source_seq=draw(st.none() | big),
+        owner=draw(st.none() | text), writer=draw(big), recorded_at=draw(big),
+        snapshot=draw(st.booleans()))
+
+
+def _generic(record: LinkRecord) -> bytes | type[Exception]:
+    try:
+        return default_codec().encode(SCHEMA, record.to_avro())
+    except RecordSchemaError:
+        return RecordSchemaError
+
+
+def _fast(writer: LinkRecordWriter, record: LinkRecord) -> bytes | type[Exception]:
+    try:
+        return writer.encode(record)
+    except RecordSchemaError:
+        return RecordSchemaError
+
+
+@given(records())
+def test_the_bytes_are_the_generic_codecs(record: LinkRecord) -> None:
+    writer = LinkRecordWriter(default_codec())
+    assert writer.fast
+    assert writer.encode(record) == default_codec().encode(SCHEMA, record.to_avro())
+    assert writer.encode(record) == writer.encode(record)  # the cached head changes nothing
+
+
+@given(records(wild=True))
+def test_out_of_range_values_fare_as_on_the_generic_path(record: LinkRecord) -> None:
+    assert _fast(LinkRecordWriter(default_codec()), record) == _generic(record)
+
+
+def test_the_bytes_decode_to_the_record() -> None:
+    record = LinkRecord("desk-1", 9, 2, 4, 16, 5, LinkKind.DATA, Position(1, 77), "a@b.c", 3,
+                        None, 12, 1_700_000_000_000, True)
+    _, value = default_codec().decode(LinkRecordWriter(default_codec()).encode(record),
+                                      expect=SCHEMA)
+    assert LinkRecord.from_avro(value) == record
+
+
+@pytest.mark.parametrize("snapshot", [1, None])
+def test_a_wrong_type_takes_the_generic_path(snapshot: object) -> None:
+    record = LinkRecord("desk-1", 9, 2, 4, 16, 5, LinkKind.DATA, None, None, None, None, 12, 0,
+                        snapshot)  # type: ignore[arg-type]
+    assert _fast(LinkRecordWriter(default_codec()), record) == _generic(record)
+
+
+@given(st.lists(records(), min_size=1, max_size=8), st.data())
+def test_one_writer_over_many_records_keeps_its_caches_right(
+        batch: list[LinkRecord], data: st.DataObject) -> None:
+    # records sharing links, epochs and stamps with each other, as one append's do
+    writer = LinkRecordWriter(default_codec())
+    for record in [*batch, data.draw(st.sampled_from(batch))]:
+        assert writer.encode(record) == default_codec().encode(SCHEMA, record.to_avro())
