@@ -11,8 +11,9 @@ Where the DTD and the prose disagree (specs/draft-schwartz-apex-pubsub-NOTES.md)
 - `listtopics` and `topiclist` take an optional `transID` (the prose says the reply has one);
 - `reply` is the APEX core's (RFC 3340 §6.1.2): code, optional transID, diagnostic text.
 `subscribe` takes apexps's optional `link` (docs/robust-binding.md §3): the link its data
-travel on; None means the default, the subscriber endpoint; and `snapshot` (§9): 'true' asks for
-the current state of the topic's data items first.
+travel on; None means the default, the subscriber endpoint; `snapshot` (§9): 'true' asks for
+the current state of the topic's data items first; and `batch` (§5.4): the link's live data may
+come packed, up to that many per `<batch>`.
 Encoding uses the drafts' layout (single quotes, " />") so their examples are golden test data.
 """
 
@@ -27,6 +28,7 @@ from broker.robust.linkid import validate_link_id
 from broker.xml_safe import UnsafeXml, checked_attributes, parse_hardened
 
 from ._endpoint import Endpoint
+from ._robust_codec import MAX_BATCH_ITEMS
 
 __all__ = [
     "Cancel",
@@ -73,6 +75,14 @@ class Subscribe:
     duration: int
     link: str | None = None
     snapshot: bool = False
+    #: the subscriber takes the link's live data packed too, up to this many per `<batch>`
+    #: (docs/robust-binding.md §5.4)
+    batch: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.batch is not None and (type(self.batch) is not int
+                                       or not 1 <= self.batch <= MAX_BATCH_ITEMS):
+            raise ParameterSyntaxError(f"batch is 1..{MAX_BATCH_ITEMS}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,16 +152,17 @@ def decode_pubsub(content: bytes) -> PubsubOperation:
         return ListTopics(_trans_id(a) if "transID" in a else None)
     if tag == "subscribe":
         _empty(root)
-        a = _attrs(root, {"subscriber", "topic", "transID", "duration", "link", "snapshot"},
-                   {"subscriber", "topic", "transID", "duration"})
+        a = _attrs(root, {"subscriber", "topic", "transID", "duration", "link", "snapshot",
+                          "batch"}, {"subscriber", "topic", "transID", "duration"})
         # A duration ≤ 0 is well-formed: the service answers it with 553 (§4.5 step 3).
         duration = _number(a["duration"], "duration", -MAX_SECONDS, MAX_SECONDS)
         link = validate_link_id(a["link"]) if "link" in a else None
         snapshot = a.get("snapshot", "false")
         if snapshot not in ("true", "false"):
             raise ParameterSyntaxError("snapshot is true or false")
+        batch = _number(a["batch"], "batch", 1, MAX_BATCH_ITEMS) if "batch" in a else None
         return Subscribe(Endpoint.parse(a["subscriber"]), a["topic"], _trans_id(a), duration,
-                         link, snapshot == "true")
+                         link, snapshot == "true", batch)
     if tag == "cancel":
         _empty(root)
         a = _attrs(root, {"subscriber", "topic", "transID"}, {"topic", "transID"})
@@ -200,7 +211,8 @@ def encode_pubsub(op: PubsubOperation) -> bytes:
         text = (f"<subscribe subscriber='{_esc(str(op.subscriber))}' topic='{_esc(op.topic)}'"
                 f" duration='{op.duration}' transID='{op.trans_id}'"
                 f"{'' if op.link is None else f' link={_quote(op.link)}'}"
-                f"{' snapshot=' + _quote('true') if op.snapshot else ''} />")
+                f"{' snapshot=' + _quote('true') if op.snapshot else ''}"
+                f"{'' if op.batch is None else f' batch={_quote(str(op.batch))}'} />")
     elif isinstance(op, Cancel):
         who = "" if op.subscriber is None else f" subscriber='{_esc(str(op.subscriber))}'"
         text = f"<cancel{who} topic='{_esc(op.topic)}' transID='{op.trans_id}' />"

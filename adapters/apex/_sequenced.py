@@ -245,6 +245,8 @@ class SequencedFanout:
         self._marks = marks
         #: (link, journal position) already on the link, from before a restart (`follow`)
         self._carried: set[tuple[str, Position]] = set()
+        #: link -> the most items one `<batch>` of its live data holds (batch_live)
+        self._live_batch: dict[str, int] = {}
         self._mark_task: asyncio.Task[None] | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -377,10 +379,13 @@ class SequencedFanout:
 
     def _emit(self, slot: _Pending) -> None:
         """Send what became durable: resets first (each precedes its link's items), then one
-        data per journal entry addressed to all its recipients, each with its own stamp."""
+        data per journal entry addressed to all its recipients, each with its own stamp. A
+        link that takes batches (a repair's catch-up that asked, or a subscriber that asked on
+        subscribe, §5.4) gets its items of the slot packed instead, in link order."""
         assert slot.outcomes is not None
         by_entry: dict[int, tuple[JournalEntry, list[Endpoint], list[tuple[Option, ...]]]] = {}
-        packer = _Packer(self, slot.items[0].link, slot.batch) if slot.batch else None
+        packers: dict[str, _Packer] = {}
+        live = self._live_batch
         j = 0
         for outcome, record in zip(slot.outcomes, slot.records, strict=True):
             inserted = record.kind is LinkKind.RESET and slot.items[j].kind is not LinkKind.RESET
@@ -391,7 +396,14 @@ class SequencedFanout:
                 log.warning("link record not durable; not sent", link=record.link,
                             link_seq=record.link_seq, error=str(outcome))
                 continue
+            link = record.link
+            packer = packers.get(link)
+            if packer is None and (slot.batch or link in live):
+                packer = packers[link] = _Packer(self, link, slot.batch or live[link])
             if entry is None or record.kind is not LinkKind.DATA:
+                if packer is not None and record.kind is LinkKind.HEARTBEAT:
+                    packer.item(_endpoint(who), *self._link_stamp(record))
+                    continue
                 repair = slot.repair if record.kind is LinkKind.RESET and not inserted else None
                 data = self._link_data(_endpoint(who), record, repair=repair)
                 if packer is not None:
@@ -413,8 +425,17 @@ class SequencedFanout:
                             options=(_hop_option(entry, next(self._trans_ids)),),
                             recipient_options=tuple(options),
                             content_ref="#Content" if entry.content_type == BEEP_XML else None))
-        if packer is not None:
+        for packer in packers.values():
             packer.close()
+
+    def batch_live(self, link: str, limit: int | None) -> None:
+        """From now on `link`'s live items go packed, up to `limit` per `<batch>` (§5.4; the
+        subscriber asked on subscribe); None: one data each again. Kept in memory: after a
+        restart a link goes unbatched until its subscriber subscribes again."""
+        if limit is None:
+            self._live_batch.pop(link, None)
+        else:
+            self._live_batch[link] = limit
 
     def _delivery(self, to: Endpoint, record: LinkRecord, entry: JournalEntry,
                   refilled: bool = False) -> Data:
@@ -522,6 +543,8 @@ class SequencedFanout:
             subscribed = self.service.links_of_subscribers()
             for gone in self._active.keys() - subscribed.keys():
                 del self._active[gone]  # no subscription travels on it any more: no heartbeats
+            for gone in self._live_batch.keys() - subscribed.keys():
+                del self._live_batch[gone]
             for link, who in subscribed.items():
                 last = self._active.setdefault(link, now)
                 if now - last >= interval and link not in self._held:

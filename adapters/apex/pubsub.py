@@ -293,6 +293,9 @@ class PubsubHandler:
                                    link=op.link, claim=claim, activate=not op.snapshot)
             if isinstance(result, Forward):
                 return [self._forward(originator, op, result)]
+            if self.sequenced is not None:
+                # before the 250: what follows it on the link already comes as asked
+                self._loop.call_soon_threadsafe(self.sequenced.batch_live, link, op.batch)
             if op.snapshot:
                 self._on_loop(self._open_with_snapshot, result, link)
             return [self._data(originator, Reply(250, op.trans_id))]

@@ -33,6 +33,7 @@ import contextlib
 import itertools
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 import structlog
@@ -84,6 +85,15 @@ log = structlog.get_logger(__name__)
 
 SERVICE = "apex=pubsub"
 _PLAIN = PublishMeta()
+
+
+class _Own(Enum):
+    """`subscribe`'s default batch: DEFAULT_BATCH for ourselves, none for another."""
+
+    OWN = "own"
+
+
+OWN = _Own.OWN
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,13 +221,19 @@ class PubsubClient:
 
     async def subscribe(self, topic: str, duration: int = 3600,
                         subscriber: Endpoint | str | None = None,
-                        link: str | None = None, *, snapshot: bool = False) -> None:
+                        link: str | None = None, *, snapshot: bool = False,
+                        batch: int | _Own | None = OWN) -> None:
         """`link`: the link the subscription's data travel on (default: the subscriber).
         `snapshot`: the link first carries the current images and deltas of the topic's data
-        items (stamp.snapshot), then live data (robust-binding §9)."""
+        items (stamp.snapshot), then live data (robust-binding §9). `batch`: the link's live
+        data may come packed, up to this many per data (§5.4; None: one data each); they
+        arrive one by one either way. By default our own subscriptions ask for
+        DEFAULT_BATCH, and one on another's behalf for none: its client may not unpack."""
         trans = self.new_trans_id()
         who = self._endpoint(subscriber)
-        await self._ask(Subscribe(who, topic, trans, duration, link, snapshot), trans)
+        if isinstance(batch, _Own):
+            batch = DEFAULT_BATCH if who == self.endpoint else None
+        await self._ask(Subscribe(who, topic, trans, duration, link, snapshot, batch), trans)
 
     async def snapshot(self, topic: str, message_id: str | None = None,
                        link: str | None = None) -> None:

@@ -92,7 +92,7 @@ def _subscribers(args: argparse.Namespace) -> None:
 
     async def one(i: int, ready: asyncio.Queue[int], out: list[list[float]]) -> None:
         client = await PubsubClient.connect("127.0.0.1", args.port, f"s{i}@{DOMAIN}")
-        await client.subscribe(TOPIC, 3600)
+        await client.subscribe(TOPIC, 3600, batch=args.batch or None)
         ready.put_nowait(i)
         lat: list[float] = []
         out.append(lat)
@@ -167,8 +167,10 @@ def _publisher(args: argparse.Namespace) -> None:
     json.dump(asyncio.run(run()), sys.stdout)
 
 
-def _case(port: int, subscribers: int, seconds: float, rate: int, window: int) -> dict[str, float]:
-    here = [sys.executable, "-m", "ops.bench.bench_pubsub", "--port", str(port)]
+def _case(port: int, subscribers: int, seconds: float, rate: int, window: int,
+          batch: int) -> dict[str, float]:
+    here = [sys.executable, "-m", "ops.bench.bench_pubsub", "--port", str(port), "--batch",
+            str(batch)]
     subs = subprocess.Popen([*here, "--as-subscribers", "--subscribers", str(subscribers)],
                             stdout=subprocess.PIPE, cwd=ROOT, text=True)
     assert subs.stdout is not None
@@ -254,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--subscriber-counts", default="10,100")
     ap.add_argument("--paced-rate", type=int, default=1000,
                     help="msgs/s of the paced phase (default: 1000, the target's rate)")
+    ap.add_argument("--batch", type=int, default=1024,
+                    help="subscribers take live data packed up to N per data (robust-binding"
+                         " §5.4); 0: one data per message (default: 1024)")
     ap.add_argument("--profile", action="store_true",
                     help="cProfile the broker process; its top functions go to stderr")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
@@ -284,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         bootstrap = kafka.start().bootstrap
     try:
         print(f"publish→deliver, {SIZE}-octet messages, {args.seconds:g} s per phase,"
-              f" {os.cpu_count()} CPUs, Kafka {bootstrap}")
+              f" {os.cpu_count()} CPUs, Kafka {bootstrap}, sequenced links, live data"
+              f" {f'packed up to {args.batch} per data' if args.batch else 'one per data'}")
         raw_paced = _raw(bootstrap, args.seconds, args.paced_rate)
         raw_flat = _raw(bootstrap, args.seconds, 0)
         print(f"raw confluent-kafka: paced {args.paced_rate:,}/s p50 {raw_paced['p50']:.2f} ms p99"
@@ -301,8 +307,8 @@ def main(argv: list[str] | None = None) -> int:
             port = int(server.stdout.readline())
             try:
                 _create_topic(port)
-                paced = _case(port, count, args.seconds, args.paced_rate, 1)
-                flat = _case(port, count, args.seconds, 0, args.window)
+                paced = _case(port, count, args.seconds, args.paced_rate, 1, args.batch)
+                flat = _case(port, count, args.seconds, 0, args.window, args.batch)
             finally:
                 server.stdin.close()
                 server.wait(timeout=120)

@@ -52,7 +52,8 @@ _ops: st.SearchStrategy[PubsubOperation] = st.one_of(
     st.builds(ListTopics, st.none() | _ids),
     st.builds(Subscribe, _who.map(Endpoint.parse), _topics, _ids,
               st.integers(-2_147_483_647, 2_147_483_647),
-              st.none() | st.sampled_from(["desk-1", "fred@example.com", "a <&>'\" b"])),
+              st.none() | st.sampled_from(["desk-1", "fred@example.com", "a <&>'\" b"]),
+              st.booleans(), st.none() | st.integers(1, 4096)),
     st.builds(Cancel, _topics, _ids, st.none() | _who.map(Endpoint.parse)),
     st.builds(Reply, st.integers(100, 999), st.none() | _ids,
               st.text("abc <&>'\"xyz", max_size=20).map(str.strip)),
@@ -102,3 +103,10 @@ def test_subscribe_names_its_link() -> None:
     op = decode_pubsub(doc)
     assert op == Subscribe(Endpoint.parse("jade@example.com"), "equity.quote", 5, 86400, "desk-1")
     assert encode_pubsub(op) == doc
+
+
+@pytest.mark.parametrize("batch", ["0", "4097", "-1", "x", ""])
+def test_a_subscribe_batch_out_of_range_is_501(batch: str) -> None:
+    with pytest.raises(ParameterSyntaxError):
+        decode_pubsub(f"<subscribe subscriber='a@b.c' topic='t' duration='5' transID='1'"
+                      f" batch='{batch}' />".encode())

@@ -1,7 +1,7 @@
-"""Batched refill (docs/robust-binding.md §5.4) on real Kafka and the real BEEP wire: a gap fill
-and a source repair asked for with `batch=` hand the subscriber exactly what the unbatched ones
-do — data, heartbeats, withheld seqs, content too large for a batch — in the same order, in
-fewer APEX data."""
+"""Batches (docs/robust-binding.md §5.4) on real Kafka and the real BEEP wire: a gap fill asked
+for with `batch=` hands the subscriber exactly what the unbatched one does — data, heartbeats,
+withheld seqs, content too large for a batch — in the same order; and a subscriber that asked
+on subscribe gets live data packed, the same items in fewer APEX data."""
 
 from __future__ import annotations
 
@@ -10,13 +10,15 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from adapters.apex._batch_codec import BATCH_ITEM_CONTENT
-from adapters.apex._robust_codec import StampKind
+from adapters.apex import ApexClient
+from adapters.apex._batch_codec import BATCH_ITEM_CONTENT, decode_batch
+from adapters.apex._codec import Data
+from adapters.apex._robust_codec import StampKind, find_stamp
 from adapters.apex.pubsub_client import Delivered, Ended, LinkEvent, PubsubClient
 from adapters.app import BrokerApp
 from broker.entitlements import parse_token_set
 from broker.kafka_io import KafkaConfig
-from broker.records import AccessEffect, AccessEntry, AccessKind, now_ms
+from broker.records import AccessEffect, AccessEntry, AccessKind, Publication, now_ms
 from broker.robust.config import RobustConfig
 
 pytestmark = pytest.mark.kafka
@@ -106,3 +108,64 @@ async def _run(config: KafkaConfig) -> None:
 def test_a_batched_gap_fill_hands_over_what_an_unbatched_one_does(
         kafka_config: KafkaConfig) -> None:
     asyncio.run(_run(kafka_config))
+
+
+# --- live data ------------------------------------------------------------------------------
+
+
+async def _live(config: KafkaConfig) -> None:
+    async with BrokerApp(config, robust=RobustConfig(heartbeat_ms=600_000)) as app:
+        admin = await PubsubClient.connect("127.0.0.1", app.port, "admin@example.com")
+        await admin.create_topic("q.l")
+        wires: dict[int | None, tuple[ApexClient, asyncio.Queue[Data]]] = {}
+        for batch in (None, 8):
+            who = f"w{batch}@example.com"
+            client = await ApexClient.connect("127.0.0.1", app.port)
+            await client.attach(who)
+            inbox: asyncio.Queue[Data] = asyncio.Queue()
+            wires[batch] = (client, inbox)
+            asyncio.create_task(_pump(client, inbox))  # noqa: RUF006 - ends with the client
+            await admin.subscribe("q.l", 600, subscriber=who, batch=batch)
+        # one append of 20: the follower hands them over in one or a few polls
+        done = asyncio.get_running_loop().create_future()
+        app.core.journal.append_many(
+            [Publication("q.l", "pub@example.com", f"m{k}".encode()) for k in range(20)],
+            lambda results: done.get_loop().call_soon_threadsafe(done.set_result, results))
+        await done
+
+        async def items(batch: int | None) -> tuple[int, list[tuple[int, bytes]]]:
+            """How many data carried the 20 messages, and (link seq, content) of each."""
+            inbox = wires[batch][1]
+            carriers, got = 0, []
+            while len(got) < 20:
+                data = await asyncio.wait_for(inbox.get(), 30)
+                if data.content.startswith(b"<batch"):
+                    carriers += 1
+                    batch_items = decode_batch(data.content).items
+                    assert len(batch_items) <= 8
+                    got += [(i.stamp.link_seq, i.content) for i in batch_items
+                            if i.stamp.kind is StampKind.DATA]
+                elif data.originator.subaddress == "q.l":
+                    carriers += 1
+                    stamp = find_stamp(data.options_of(0))
+                    assert stamp is not None
+                    got.append((stamp.link_seq, data.content))
+            return carriers, got
+
+        plain, packed = await items(None), await items(8)
+        expected = [(k + 1, f"m{k}".encode()) for k in range(20)]
+        assert plain == (20, expected)
+        assert packed[1] == expected and 3 <= packed[0] < 20  # at most 8 a batch, fewer data
+        for client, _ in wires.values():
+            await client.close()
+        await admin.close()
+
+
+async def _pump(client: ApexClient, inbox: asyncio.Queue[Data]) -> None:
+    async for data in client.receive():
+        if data.originator.address == "apex=pubsub":
+            inbox.put_nowait(data)
+
+
+def test_live_data_come_packed_to_a_subscriber_that_asked(kafka_config: KafkaConfig) -> None:
+    asyncio.run(_live(kafka_config))
