@@ -567,49 +567,57 @@ def stamp_element(root: etree._Element) -> Stamp:
     )
 
 
-#: What differs from one data stamp of a link to the next; StampReader checks only these.
-_VARYING = ("linkseq", "sourceseq", "time", "messageid")
-_STAMP_FIELDS = Stamp.__slots__
+_STAMP_FIELDS: tuple[str, ...] = Stamp.__slots__
+_LINK_SEQ, _SOURCE_SEQ, _TIME, _MESSAGE_ID = (
+    _STAMP_FIELDS.index(f) for f in ("link_seq", "source_seq", "time", "message_id"))
+#: The slots' own setters: they write a frozen dataclass's fields without its __setattr__.
+_SETTERS = [getattr(Stamp, name).__set__ for name in _STAMP_FIELDS]
 #: Distinct attribute combinations one StampReader remembers (hostile input cannot grow it).
 _KNOWN_LIMIT = 256
 
 
 class StampReader:
-    """Reads many `<seq>` elements, as a batch holds (§5.4), exactly as `stamp_element` does
+    """Reads many `<seq>` elements, as batches hold (§5.4), exactly as `stamp_element` does
     but faster: data stamps of one link repeat their link, epoch, source, type, topic and
     token, so each combination of those is checked once, by `stamp_element`, and after that
-    only the attributes that vary (`_VARYING`) are. Anything else takes `stamp_element`."""
+    only the attributes that vary (`_VARYING`) are. Anything else takes `stamp_element`.
+    One reader serves a client's batches one after another (not from several threads)."""
 
     def __init__(self) -> None:
-        self._known: dict[tuple[tuple[str, str], ...], Stamp] = {}
+        #: the combination -> the checked stamp's fields, in slot order
+        self._known: dict[tuple[tuple[str, str], ...], list[object]] = {}
 
     def read(self, elem: etree._Element) -> Stamp:
         if elem.tag != "seq" or len(elem) or (elem.text or "").strip():
             return stamp_element(elem)  # which says what is wrong
         attrs = cast("dict[str, str]", dict(elem.items()))  # str, whatever the stubs say
-        varying = {k: attrs.pop(k) for k in _VARYING if k in attrs}
+        pop = attrs.pop
+        link_seq, source_seq = pop("linkseq", None), pop("sourceseq", None)
+        time, message_id = pop("time", None), pop("messageid", None)
         key = tuple(attrs.items())
         proto = self._known.get(key)
-        if proto is None or "sourceseq" not in varying or "linkseq" not in varying:
+        if proto is None or link_seq is None or source_seq is None:
             stamp = stamp_element(elem)
-            if stamp.kind is StampKind.DATA and len(self._known) < _KNOWN_LIMIT:
-                self._known[key] = stamp
+            if stamp.kind is StampKind.DATA:
+                if len(self._known) >= _KNOWN_LIMIT:
+                    self._known.clear()  # start over: what recurs now comes back
+                self._known[key] = [getattr(stamp, name) for name in _STAMP_FIELDS]
             return stamp
         # A data stamp with these very attributes passed every check: the varying ones get
         # the same checks Stamp's constructor and stamp_element would give them.
-        link_seq = _link_seq(varying["linkseq"], "linkseq")
-        if link_seq == 0:
+        fields = proto.copy()
+        seq = _link_seq(link_seq, "linkseq")
+        if seq == 0:
             raise _bad("link seq 0 is a reset; data starts at 1")
-        message_id = varying.get("messageid")
+        fields[_LINK_SEQ] = seq
+        fields[_SOURCE_SEQ] = _number(source_seq, "sourceseq", 1)
+        fields[_TIME] = None if time is None else _number(time, "time")
         if message_id is not None:
             _check_text(message_id, "a message-id", MAX_MESSAGE_ID_LEN)
+        fields[_MESSAGE_ID] = message_id
         stamp = object.__new__(Stamp)
-        for name in _STAMP_FIELDS:
-            object.__setattr__(stamp, name, getattr(proto, name))
-        object.__setattr__(stamp, "link_seq", link_seq)
-        object.__setattr__(stamp, "source_seq", _number(varying["sourceseq"], "sourceseq", 1))
-        object.__setattr__(stamp, "time", _opt(varying, "time"))
-        object.__setattr__(stamp, "message_id", message_id)
+        for setter, value in zip(_SETTERS, fields, strict=True):
+            setter(stamp, value)
         return stamp
 
 

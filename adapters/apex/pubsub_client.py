@@ -71,6 +71,7 @@ from ._robust_codec import (
     SnapshotRequest,
     SourcePosition,
     Stamp,
+    StampReader,
     decode_robust,
     encode_robust,
     find_stamp,
@@ -148,6 +149,8 @@ class PubsubClient:
         self._waiting: dict[int, asyncio.Future[_Answer]] = {}
         self._events: asyncio.Queue[Delivered | Ended | LinkEvent | None] = asyncio.Queue()
         self._links: dict[str, LinkListener] = {}
+        #: reads the stamps of every batch this client gets (faster after the first)
+        self._stamps = StampReader()
         self._task = asyncio.create_task(self._demux())
         if isinstance(client, ReconnectingApexClient):
             client.add_listener(self._connection_event)
@@ -382,7 +385,7 @@ class PubsubClient:
         head = data.content.lstrip()[:64]
         if head.startswith(b"<batch"):
             try:
-                batch = decode_batch(data.content)
+                batch = decode_batch(data.content, self._stamps)
             except ApexpsError as exc:  # its holes get asked for again
                 log.warning("batch refused", originator=str(data.originator), error=str(exc))
                 return True

@@ -82,7 +82,7 @@ def _serve(args: argparse.Namespace) -> None:
 
         with cProfile.Profile() as prof:
             asyncio.run(run())
-        pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(30)
+        pstats.Stats(prof, stream=sys.stderr).sort_stats(os.environ.get("PROF_SORT", "tottime")).print_stats(int(os.environ.get("PROF_N", "30")))
     else:
         asyncio.run(run())
 
@@ -113,7 +113,16 @@ def _subscribers(args: argparse.Namespace) -> None:
         await asyncio.gather(*tasks)
         return out
 
-    per_sub = asyncio.run(run())
+    if args.profile:
+        import cProfile
+        import pstats
+
+        with cProfile.Profile() as prof:
+            per_sub = asyncio.run(run())
+        pstats.Stats(prof, stream=sys.stderr).sort_stats(os.environ.get("PROF_SORT", "tottime")) \
+            .print_stats(int(os.environ.get("PROF_N", "30")))
+    else:
+        per_sub = asyncio.run(run())
     json.dump(per_sub, sys.stdout)
 
 
@@ -171,7 +180,9 @@ def _case(port: int, subscribers: int, seconds: float, rate: int, window: int,
           batch: int) -> dict[str, float]:
     here = [sys.executable, "-m", "ops.bench.bench_pubsub", "--port", str(port), "--batch",
             str(batch)]
-    subs = subprocess.Popen([*here, "--as-subscribers", "--subscribers", str(subscribers)],
+    profile = ["--profile"] if os.environ.get("PROFILE_SUBSCRIBERS") else []
+    subs = subprocess.Popen([*here, "--as-subscribers", "--subscribers", str(subscribers),
+                             *profile],
                             stdout=subprocess.PIPE, cwd=ROOT, text=True)
     assert subs.stdout is not None
     if subs.stdout.readline().strip() != "ready":
