@@ -295,27 +295,20 @@ class _Compiler:
 
     def union(self, branches: list[Any], target: str, where: str) -> list[str]:
         k = len(branches)
-        if not 0 < k <= 64:  # 64: every in-range index fits one varint byte
+        if not 0 < k <= 64:  # 64: every branch index fits one varint byte
             raise CannotCompile(f"{where}: a union of {k} branches")
-        dispatch = [
-            "b = data[pos]",
-            f"if b < {2 * k} and not b & 1:",
-            "    i = b >> 1",
-            "    pos += 1",
-            "else:",
-            f"    i, pos = _union_index(data, pos, {k}, {where!r})",
-        ]
-        for index, branch in enumerate(branches):
-            if index == 0:
-                dispatch.append("if i == 0:")
-            else:
-                dispatch.append(f"elif i == {index}:" if index < k - 1 else "else:")
-            dispatch += _indent(self.value(branch, target, where))
-        if branches[0] == "null":
-            # The usual absent optional field: one test, no dispatch.
-            return ["if data[pos] == 0:", f"    {target} = None", "    pos += 1", "else:",
-                    *_indent(dispatch)]
-        return dispatch
+        reads = [self.value(branch, target, where) for branch in branches]
+        # One test per branch on the byte as written; only a non-canonical or negative index
+        # (which fastavro takes Python-style) needs the varint read and a second dispatch.
+        lines = ["b = data[pos]"]
+        for index, read in enumerate(reads):
+            lines += [f"{'if' if index == 0 else 'elif'} b == {2 * index}:", "    pos += 1",
+                      *_indent(read)]
+        lines += ["else:", f"    i, pos = _union_index(data, pos, {k}, {where!r})"]
+        for index, read in enumerate(reads[:-1]):
+            lines += _indent([f"{'if' if index == 0 else 'elif'} i == {index}:", *_indent(read)])
+        lines += _indent(["else:", *_indent(reads[-1])] if k > 1 else reads[-1])
+        return lines
 
     def container(self, schema: Mapping[str, Any], target: str, where: str, kind: str) -> list[str]:
         inner = schema["items"] if kind == "array" else schema["values"]
