@@ -62,8 +62,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _SECOND = timedelta(seconds=1)
 _MILLIS = tuple(timedelta(milliseconds=ms) for ms in range(1000))
 #: UTC datetimes of whole seconds since the epoch, by second. Building a datetime from a
-#: millisecond count costs more than a whole journal record's strings; records come in runs
-#: from the same seconds, and adding the milliseconds to a known second is a third of that.
+#: millisecond count is among the dearest steps of a record; records come in runs from the same
+#: second, and adding the milliseconds to a known second costs a fraction of that.
 _SECONDS: dict[int, datetime] = {}
 _SECONDS_LIMIT = 4096  # then cleared: any run of records still hits from its second on
 #: a one-byte varint's value, by byte
