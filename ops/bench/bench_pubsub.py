@@ -82,7 +82,8 @@ def _serve(args: argparse.Namespace) -> None:
 
         with cProfile.Profile() as prof:
             asyncio.run(run())
-        pstats.Stats(prof, stream=sys.stderr).sort_stats(os.environ.get("PROF_SORT", "tottime")).print_stats(int(os.environ.get("PROF_N", "30")))
+        pstats.Stats(prof, stream=sys.stderr).sort_stats(os.environ.get("PROF_SORT", "tottime")) \
+            .print_stats(int(os.environ.get("PROF_N", "30")))
     else:
         asyncio.run(run())
 
@@ -193,6 +194,8 @@ def _case(port: int, subscribers: int, seconds: float, rate: int, window: int,
     if pub.returncode:
         raise SystemExit(f"publisher failed: {pub.stderr[-2000:]}")
     sent = json.loads(pub.stdout)
+    if "waited" in pub.stderr:  # the pace slipped: say so beside the figures
+        print(f"  ({pub.stderr.strip().splitlines()[-1]})", flush=True)
     out, _ = subs.communicate(timeout=seconds + 300)
     per_sub: list[list[float]] = json.loads(out.splitlines()[-1])
     lat = [x for sub in per_sub for x in sub]

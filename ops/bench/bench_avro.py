@@ -1,6 +1,6 @@
 """Per-record decode cost: fastavro against the compiled reader (broker/_avro_reader.py).
 
-Run: `.venv/bin/python -m tests.broker.bench_avro_reader [--records 2000] [--rounds 40]`.
+Run: `.venv/bin/python -m ops.bench.bench_avro [--records 2000] [--rounds 40]`.
 
 Not a test (pytest does not collect it): it prints figures. The records are what a gap fill
 reads: journal_record v2 DATA records with 512 bytes of content, and the link_record v2 DATA
