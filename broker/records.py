@@ -150,15 +150,17 @@ class JournalEntry:
 
     @classmethod
     def from_avro(cls, position: Position, rec: Mapping[str, Any]) -> JournalEntry:
+        # Enum lookups by dict: the follower and gap fills build these by the ten thousand.
+        kind, ptype = rec["kind"], rec["publish_type"]
         return cls(
             position=position,
-            kind=RecordKind(rec["kind"]),
+            kind=_RECORD_KINDS.get(kind) or RecordKind(kind),
             topic=rec["topic"],
             source=rec["source"],
             source_seq=rec["source_seq"],
             gap_to=rec["gap_to"],
             gap_reason=rec["gap_reason"],
-            publish_type=PublishType(rec["publish_type"]),
+            publish_type=_PUBLISH_TYPES.get(ptype) or PublishType(ptype),
             publisher_seq=rec["publisher_seq"],
             message_id=rec["message_id"],
             revision_id=rec["revision_id"],
@@ -171,6 +173,10 @@ class JournalEntry:
             options=rec["options"],
             appended_at=to_ms(rec["appended_at"]) or 0,
         )
+
+
+_RECORD_KINDS = {k.value: k for k in RecordKind}
+_PUBLISH_TYPES = {t.value: t for t in PublishType}
 
 
 def gap_record(source: str, topic: str, lo: int, hi: int, reason: str) -> dict[str, Any]:

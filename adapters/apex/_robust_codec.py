@@ -26,8 +26,9 @@ f-string and its constructor checks only what is cheap; `decode_stamp` checks ev
 
 from __future__ import annotations
 
+import operator
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import cast
@@ -567,6 +568,8 @@ def stamp_element(root: etree._Element) -> Stamp:
     )
 
 
+#: What differs from one data stamp of a link to the next; StampReader checks only these.
+_VARYING = ("linkseq", "sourceseq", "time", "messageid")
 _STAMP_FIELDS: tuple[str, ...] = Stamp.__slots__
 _LINK_SEQ, _SOURCE_SEQ, _TIME, _MESSAGE_ID = (
     _STAMP_FIELDS.index(f) for f in ("link_seq", "source_seq", "time", "message_id"))
@@ -574,6 +577,31 @@ _LINK_SEQ, _SOURCE_SEQ, _TIME, _MESSAGE_ID = (
 _SETTERS = [getattr(Stamp, name).__set__ for name in _STAMP_FIELDS]
 #: Distinct attribute combinations one StampReader remembers (hostile input cannot grow it).
 _KNOWN_LIMIT = 256
+
+
+def _plain(value: str, low: int, high: int) -> int | None:
+    """`value` as a number if it plainly is one in low..high (ASCII digits, no sign, at most
+    20 of them); None: let the full check decide (and say what is wrong)."""
+    if value.isascii() and value.isdigit() and len(value) <= 20:
+        number = int(value)
+        if low <= number <= high:
+            return number
+    return None
+
+
+class _Layout:
+    """One attribute layout of `<seq>` (its names, in order): where the varying attributes
+    sit, and the stamps checked so far by the values of the others."""
+
+    __slots__ = ("fixed", "known", "varying")
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        where = {name: i for i, name in enumerate(names)}
+        rest = [i for i, name in enumerate(names) if name not in _VARYING]
+        self.fixed: Callable[[list[str]], object] | None = (
+            operator.itemgetter(*rest) if rest else None)
+        self.varying = tuple(where.get(name) for name in _VARYING)
+        self.known: dict[object, list[object]] = {}
 
 
 class StampReader:
@@ -584,34 +612,52 @@ class StampReader:
     One reader serves a client's batches one after another (not from several threads)."""
 
     def __init__(self) -> None:
-        #: the combination -> the checked stamp's fields, in slot order
-        self._known: dict[tuple[tuple[str, str], ...], list[object]] = {}
+        self._layouts: dict[tuple[str, ...], _Layout] = {}
+        self._remembered = 0
 
     def read(self, elem: etree._Element) -> Stamp:
         if elem.tag != "seq" or len(elem) or (elem.text or "").strip():
             return stamp_element(elem)  # which says what is wrong
-        attrs = cast("dict[str, str]", dict(elem.items()))  # str, whatever the stubs say
-        pop = attrs.pop
-        link_seq, source_seq = pop("linkseq", None), pop("sourceseq", None)
-        time, message_id = pop("time", None), pop("messageid", None)
-        key = tuple(attrs.items())
-        proto = self._known.get(key)
-        if proto is None or link_seq is None or source_seq is None:
+        names = tuple(cast("list[str]", elem.keys()))  # str, whatever the stubs say
+        layout = self._layouts.get(names)
+        if layout is None:
+            if len(self._layouts) >= _KNOWN_LIMIT:
+                self._layouts.clear()  # start over: what recurs now comes back
+            layout = self._layouts[names] = _Layout(names)
+        values = cast("list[str]", elem.values())
+        at_link_seq, at_source_seq, at_time, at_message_id = layout.varying
+        key = None if layout.fixed is None else layout.fixed(values)
+        proto = layout.known.get(key)
+        if proto is None or at_link_seq is None or at_source_seq is None:
             stamp = stamp_element(elem)
-            if stamp.kind is StampKind.DATA:
-                if len(self._known) >= _KNOWN_LIMIT:
-                    self._known.clear()  # start over: what recurs now comes back
-                self._known[key] = [getattr(stamp, name) for name in _STAMP_FIELDS]
+            if stamp.kind is StampKind.DATA and key is not None:
+                if self._remembered >= _KNOWN_LIMIT:
+                    for other in self._layouts.values():
+                        other.known.clear()
+                    self._remembered = 0
+                layout.known[key] = [getattr(stamp, name) for name in _STAMP_FIELDS]
+                self._remembered += 1
             return stamp
         # A data stamp with these very attributes passed every check: the varying ones get
         # the same checks Stamp's constructor and stamp_element would give them.
         fields = proto.copy()
-        seq = _link_seq(link_seq, "linkseq")
-        if seq == 0:
-            raise _bad("link seq 0 is a reset; data starts at 1")
+        link_seq = values[at_link_seq]
+        seq = _plain(link_seq, 1, MAX_LINK_SEQ)
+        if seq is None:
+            seq = _link_seq(link_seq, "linkseq")  # which says what is wrong
+            if seq == 0:
+                raise _bad("link seq 0 is a reset; data starts at 1")
         fields[_LINK_SEQ] = seq
-        fields[_SOURCE_SEQ] = _number(source_seq, "sourceseq", 1)
-        fields[_TIME] = None if time is None else _number(time, "time")
+        source_seq = values[at_source_seq]
+        fields[_SOURCE_SEQ] = _plain(source_seq, 1, MAX_LONG) \
+            or _number(source_seq, "sourceseq", 1)
+        if at_time is not None:
+            time = values[at_time]
+            at = _plain(time, 0, MAX_LONG)
+            fields[_TIME] = _number(time, "time") if at is None else at
+        else:
+            fields[_TIME] = None
+        message_id = None if at_message_id is None else values[at_message_id]
         if message_id is not None:
             _check_text(message_id, "a message-id", MAX_MESSAGE_ID_LEN)
         fields[_MESSAGE_ID] = message_id
@@ -854,15 +900,28 @@ def data_stamp_xml(link: str, link_seq: int, *, epoch: int, source: str, source_
     """A data stamp's `<seq … />` straight from trusted values (a link record and its journal
     entry, both checked when they were written): the fan-out's per-delivery path, without
     building and checking a `Stamp` (which costs about as much again)."""
-    head = f"<seq link='{_esc(link)}'"
+    head = f"<seq link='{_esc_known(link)}'"
     if epoch:
         head += f" epoch='{epoch}'"
     tail = " refill='true' />" if refill else " />"
     if snapshot:
         tail = " snapshot='true'" + tail
-    return (f"{head} linkseq='{link_seq}' kind='data' source='{_esc(source)}'"
-            f" sourceseq='{source_seq}' type='{publish_type}' topic='{_esc(topic)}'"
+    return (f"{head} linkseq='{link_seq}' kind='data' source='{_esc_known(source)}'"
+            f" sourceseq='{source_seq}' type='{publish_type}' topic='{_esc_known(topic)}'"
             f"{_a('token', token)}{_a('messageid', message_id)}{_a('time', time)}{tail}")
+
+
+_ESCAPED: dict[str, str] = {}
+
+
+def _esc_known(value: str) -> str:
+    """`_esc` for the links, sources and topics every stamp repeats: each escaped once."""
+    done = _ESCAPED.get(value)
+    if done is None:
+        if len(_ESCAPED) >= 65_536:  # bounded whatever names come
+            _ESCAPED.clear()
+        done = _ESCAPED[value] = _esc(value)
+    return done
 
 
 def publish_option(meta: PublishMeta) -> Option:

@@ -142,6 +142,8 @@ class _Repair:
     failed: JournalUnavailable | None = None
     #: the request's `batch`
     batch: int | None = None
+    #: loop time the repair was taken up
+    began: float = 0.0
 
 
 @functools.lru_cache(maxsize=65536)
@@ -628,13 +630,14 @@ class SequencedFanout:
     def _send_refill(self, to: Endpoint, chunk: Refilled, packer: _Packer | None) -> int:
         """Send one chunk of a gap fill; how many of its messages were withheld."""
         withheld = 0
+        who = str(to)
         for record, entry in chunk:
             if entry is None:
                 if packer is not None and record.kind is not LinkKind.RESET:
                     packer.item(to, *self._link_stamp(record, refilled=True))
                     continue
                 data = self._link_data(to, record, refilled=True)
-            elif not self.entitled(entry, str(to)):
+            elif not self.entitled(entry, who):
                 withheld += 1
                 if packer is not None:
                     packer.item(to, _withheld_stamp(record), Withheld())
@@ -750,7 +753,7 @@ class SequencedFanout:
                 self._send(self._link_reply(originator, link, req.trans_id, exc))
                 return
             read = self._loop.time()
-            state = _Repair(link, req.trans_id, originator, batch=req.batch)
+            state = _Repair(link, req.trans_id, originator, batch=req.batch, began=began)
             times = [e.appended_at for e in entries] + [e.appended_at for _, e in held]
             reset = _RepairReset(req.trans_id, min([now_ms(), *times]))
             chunks = [entries[i:i + REPAIR_CHUNK]
@@ -816,3 +819,5 @@ class SequencedFanout:
         final = slot.records[-1]  # the last catch-up item, or the reset if there was none
         self._send(self._doc(state.to, LinkReply(250, state.link, state.trans_id, final.epoch,
                                                  final.link_seq)))
+        log.info("repair sent", link=state.link, trans_id=state.trans_id,
+                 ms=round((self._loop.time() - state.began) * 1000))

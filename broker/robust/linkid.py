@@ -19,10 +19,15 @@ __all__ = ["MAX_LINK_ID_LEN", "default_link_id", "validate_link_id"]
 MAX_LINK_ID_LEN = 1024
 
 _LINK = re.compile(r"[^\x00-\x1f\x7f]+")
+#: Link ids already found valid (bounded: hostile traffic naming ever-new links starts it over).
+_VALID: set[str] = set()
+_VALID_LIMIT = 65_536
 
 
 def validate_link_id(link: object) -> str:
     """`link` if it is a usable link id, else InvalidParameter (553)."""
+    if type(link) is str and link in _VALID:  # every record and stamp names its link
+        return link
     if not isinstance(link, str):
         raise InvalidParameter(f"a link id is text, not {type(link).__name__}")
     if not link or len(link) > MAX_LINK_ID_LEN:
@@ -30,6 +35,10 @@ def validate_link_id(link: object) -> str:
     if not _LINK.fullmatch(link) or link != link.strip():
         raise InvalidParameter(
             "a link id has no control characters and no leading or trailing space")
+    if type(link) is str:  # not a subclass: its comparisons could differ
+        if len(_VALID) >= _VALID_LIMIT:
+            _VALID.clear()
+        _VALID.add(link)
     return link
 
 

@@ -46,6 +46,7 @@ Kafka deletes later, on its own schedule) and be complete; otherwise 569, link c
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import zlib
@@ -196,13 +197,22 @@ class LinkRecord:
         return cls(
             link=rec["link"], ordinal=rec["ordinal"], epoch=rec["epoch"],
             epoch_start=rec["epoch_start"], bits=bits,
-            link_seq=LinkSeqSpace(bits).add(0, rec["ordinal"] - rec["epoch_start"]),
-            kind=LinkKind(rec["kind"]),
+            link_seq=_space(bits).add(0, rec["ordinal"] - rec["epoch_start"]),
+            kind=_LINK_KINDS.get(rec["kind"]) or LinkKind(rec["kind"]),
             position=None if part is None or off is None else Position(part, off),
             source=rec["source"], source_seq=rec["source_seq"], owner=rec["owner"],
             writer=rec["writer"], recorded_at=to_ms(rec["recorded_at"]) or 0,
             snapshot=rec["snapshot"],
         )
+
+
+_LINK_KINDS = {k.value: k for k in LinkKind}
+
+
+@functools.lru_cache(maxsize=8)
+def _space(bits: int) -> LinkSeqSpace:
+    """Records say their resolution; one space per resolution serves them all."""
+    return LinkSeqSpace(bits)
 
 
 class LinkHead(NamedTuple):

@@ -225,7 +225,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.as_repair_subscriber:
-        asyncio.run(_repair_subscriber(args.port, args.gap))
+        if os.environ.get("PROFILE_SUBSCRIBER"):  # its top functions go to stderr
+            import cProfile
+            import pstats
+
+            with cProfile.Profile() as prof:
+                asyncio.run(_repair_subscriber(args.port, args.gap))
+            pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(30)
+        else:
+            asyncio.run(_repair_subscriber(args.port, args.gap))
         return 0
     kafka = None
     bootstrap = args.bootstrap
