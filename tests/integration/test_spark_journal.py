@@ -23,14 +23,16 @@ def test_spark_reads_back_exactly_what_was_appended(kafka_config: KafkaConfig,
     core = BrokerCore(kafka_config)
     core.open()
     sent: dict[tuple[str, int], bytes] = {}
+    failed: list[Exception] = []
     try:
         for i in range(1500):
             body = f"<quote n='{i}'>{'x' * (i % 97)}</quote>".encode()
             pub = Publication(topic="equity.quote", source=f"p{i % 4}@example.com", content=body,
                               publish_type=PublishType.IMAGE if i % 10 == 0 else
                               PublishType.UPDATE, fields={"n": [str(i)]})
-            core.journal.append(pub, lambda err, res: None)
+            core.journal.append(pub, lambda err, res: failed.extend([err] if err else []))
         core.journal.flush()
+        assert not failed, f"{len(failed)} appends failed, the first: {failed[0]!r}"
         for n in range(4):
             for e in core.journal.read_source(f"p{n}@example.com"):
                 sent[(e.source, e.source_seq)] = e.content
