@@ -20,6 +20,7 @@ from broker.core import BrokerCore, OpenReport
 from broker.holds import KafkaHolds
 from broker.kafka_io import KafkaConfig, Position
 from broker.pubsub import JournalFollower, PubsubService
+from broker.recent import DEFAULT_RECENT_BYTES, RecentJournal
 from broker.records import AccessEffect, AccessEntry, AccessKind, now_ms
 from broker.robust.config import RobustConfig
 from broker.robust.fanout import CARRIED_MARGIN_MS
@@ -42,13 +43,16 @@ class BrokerApp:
                  accept_peers: list[str] | None = None,
                  redistribute: list[tuple[str, str]] | None = None,
                  security: dict[str, Any] | None = None,
-                 robust: RobustConfig | None = None, sequenced: bool = True) -> None:
+                 robust: RobustConfig | None = None, sequenced: bool = True,
+                 recent_bytes: int = DEFAULT_RECENT_BYTES) -> None:
         """`sequenced=False` serves the plain topic path (no link seqs, gap fill or
         heartbeats: what the robust benchmark compares against); `peers`: (domain, host, port)
         of relays to keep a link to (relay-relay mode); `accept_peers`: domains whose relays
         may bind to us; `redistribute`: (topic, domain) pairs this broker redistributes
         (draft §2.4); `security`: ApexServer's TLS and SASL settings (tls, require_tls, sasl,
-        require_auth)."""
+        require_auth); `recent_bytes`: how much of what the journal follower read is kept in
+        memory for gap fills and repairs (broker/recent.py; 0: none, they read Kafka)."""
+        self.recent_bytes = recent_bytes
         self.security = dict(security or {})
         self.redistribute = list(redistribute or ())
         self.config, self.domain = config, domain.lower()
@@ -89,9 +93,11 @@ class BrokerApp:
             if written is not None:
                 carried = await asyncio.to_thread(self.core.links.carried_since,
                                                   written - CARRIED_MARGIN_MS)
+        recent = RecentJournal(self.recent_bytes) if self.recent_bytes > 0 else None
+        self.core.journal.recent = recent
         self.follower = await asyncio.to_thread(
             JournalFollower, self.config, self.core.codec, self.handler.forward_threadsafe,
-            start=start)
+            start=start, recent=recent)
         if self.handler.sequenced is not None:
             self.handler.sequenced.follow(self.follower.start_positions, carried)
         self.follower.start()

@@ -70,6 +70,7 @@ from broker.kafka_io import (
     read_partition,
 )
 from broker.names import validate_topic
+from broker.recent import RecentJournal
 from broker.records import JournalEntry, Publication, RecordKind, gap_record, now_ms
 
 __all__ = ["SEQ_BUCKET", "AppendCallback", "Appended", "BatchCallback", "Journal",
@@ -241,6 +242,9 @@ class Journal:
         self._producer = producer
         self._codec = codec or default_codec()
         self._writer = DataRecordWriter(self._codec)
+        #: what the journal follower read lately (broker/recent.py), if a follower keeps it:
+        #: read_source takes what it covers from there
+        self.recent: RecentJournal | None = None
         # _lock: seq assignment and produce order. _book: what delivery reports update (they
         # run on the poll thread, or on any thread inside flush()); re-entrant because a
         # produce under it may serve deliveries on the same thread when the queue is full.
@@ -650,6 +654,12 @@ class Journal:
         for bucket, pos in self._index.get(source, {}).items():
             if bucket <= want and (start is None or pos.offset > start):
                 start = pos.offset
+        kept = None if self.recent is None or start is None else self.recent.scan(part, start)
+        if kept is not None:
+            entries, start = kept
+            for entry in entries:
+                if entry.source == source and entry.last_seq > after_seq and entry.kind in kinds:
+                    yield entry
         for rec in read_partition(self.config, self.topic, part, start):
             if rec.key != key:
                 continue

@@ -60,9 +60,9 @@ __all__ = [
 #: What the client library and the stub ask for (`batch='1024'`).
 DEFAULT_BATCH = 1024
 #: What the broker packs into one batch at most (octets of the document).
-BATCH_BYTES = 512 * 1024
+BATCH_BYTES = 128 * 1024
 #: Content larger than this goes in a data of its own, so a batch stays under BATCH_BYTES.
-BATCH_ITEM_CONTENT = 256 * 1024
+BATCH_ITEM_CONTENT = 64 * 1024
 #: The largest batch document a subscriber reads: BATCH_BYTES with room to spare.
 MAX_BATCH_XML = 1024 * 1024
 

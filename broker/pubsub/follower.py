@@ -22,6 +22,7 @@ from broker.codec import Codec
 from broker.errors import ApexpsError
 from broker.journal import SCHEMA
 from broker.kafka_io import KafkaConfig, Tail
+from broker.recent import RecentJournal
 from broker.records import JournalEntry, RecordKind
 
 __all__ = ["JournalFollower"]
@@ -32,8 +33,11 @@ log = structlog.get_logger(__name__)
 class JournalFollower:
     def __init__(self, config: KafkaConfig, codec: Codec,
                  deliver: Callable[[list[JournalEntry]], None], *,
-                 start: dict[int, int] | None = None) -> None:
-        """`start`: the offset to begin at per journal partition (others: the end)."""
+                 start: dict[int, int] | None = None,
+                 recent: RecentJournal | None = None) -> None:
+        """`start`: the offset to begin at per journal partition (others: the end).
+        `recent`: where to keep what was read, for gap fills and repairs (broker/recent.py)."""
+        self._recent = recent
         self._tail = Tail(config, config.topic("journal"), start)
         self.start_positions = dict(self._tail.start)
         self._codec, self._deliver = codec, deliver
@@ -46,16 +50,24 @@ class JournalFollower:
     def _run(self) -> None:
         while not self._stop.is_set():
             batch: list[JournalEntry] = []
+            recent = self._recent
             for rec in self._tail.poll(1000, 0.1):
+                part, offset = rec.position
                 if rec.value is None:
+                    if recent is not None:
+                        recent.add(part, offset, None)
                     continue
                 try:
                     _, data = self._codec.decode(rec.value, expect=SCHEMA)
                 except ApexpsError as exc:
                     log.error("undecodable journal record skipped", position=str(rec.position),
                               error=str(exc))
+                    if recent is not None:
+                        recent.add(part, offset, None)
                     continue
                 entry = JournalEntry.from_avro(rec.position, data)
+                if recent is not None:
+                    recent.add(part, offset, entry)
                 if entry.kind is RecordKind.DATA:
                     batch.append(entry)
             if batch:

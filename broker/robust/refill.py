@@ -13,6 +13,7 @@ unfillable: 569, repair by source.
 from __future__ import annotations
 
 import contextlib
+import heapq
 from collections.abc import Generator, Iterable, Iterator
 
 from broker.codec import Codec, default_codec
@@ -96,8 +97,24 @@ def _by_partition(positions: Iterable[Position]) -> dict[int, list[int]]:
 def _entries(journal: Journal, part: int, offsets: list[int],
              codec: Codec) -> Generator[JournalEntry]:
     """The entries at `offsets` of one journal partition that are still there, in offset
-    order, read in runs (RUN_SPREAD) as they are asked for."""
-    wanted = set(offsets)
+    order: what the follower keeps (broker/recent.py) from memory, the rest read from Kafka in
+    runs (RUN_SPREAD) as they are asked for."""
+    kept: list[JournalEntry] = []
+    if journal.recent is not None:
+        for off in sorted(set(offsets)):
+            entry = journal.recent.get(part, off)
+            if entry is not None:
+                kept.append(entry)
+    missing = set(offsets) - {e.position.offset for e in kept}
+    if not missing:
+        yield from kept
+        return
+    yield from heapq.merge(kept, _read(journal, part, missing, codec),
+                           key=lambda e: e.position.offset)
+
+
+def _read(journal: Journal, part: int, wanted: set[int],
+          codec: Codec) -> Iterator[JournalEntry]:
     ordered = sorted(wanted)
     runs: list[list[int]] = [[ordered[0]]]
     for off in ordered[1:]:

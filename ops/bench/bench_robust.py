@@ -14,7 +14,9 @@ section):
 2. Gap repair. A link carries `--gap` messages (10,000); a subscriber then asks for all of them
    again by link range (`gap linkfrom=1 linkto=N`) and by source (`repair` with after=0): the
    time from the request to the last refilled item and the 250 reply (target < 1 s each). The
-   subscriber runs in a process of its own.
+   subscriber runs in a process of its own. Twice: warm (the broker keeps what its journal
+   follower read lately, broker/recent.py, as a running broker does) and cold (it keeps
+   nothing, as right after a restart: every record is read back from Kafka).
 3. Heartbeats. A broker process with `--idle-links` (1,000) idle links at the default
    heartbeat interval: its CPU time per second and the heartbeats/s it sends, against the same
    process with no links.
@@ -108,7 +110,7 @@ def _append(app: object, topic: str, count: int, source: str) -> None:
             raise SystemExit("journal append failed")
 
 
-async def _repairs(bootstrap: str, count: int) -> None:
+async def _repairs(bootstrap: str, count: int, cold: bool = False) -> None:
     """The broker here; the subscriber in a process of its own (`_repair_subscriber`), so the
     two do not share a GIL and the time is what a separate subscriber would see."""
     from adapters.app import BrokerApp
@@ -117,7 +119,10 @@ async def _repairs(bootstrap: str, count: int) -> None:
 
     config = KafkaConfig(bootstrap=bootstrap, namespace=f"bench{uuid.uuid4().hex[:8]}")
     robust = RobustConfig(heartbeat_ms=600_000, max_gap=max(count, 10_000))
-    async with BrokerApp(config, domain=DOMAIN, robust=robust) as app:
+    # cold: nothing of the journal kept in memory (broker/recent.py), as right after a
+    # restart: every refill and catch-up reads Kafka back
+    async with BrokerApp(config, domain=DOMAIN, robust=robust,
+                         **({"recent_bytes": 0} if cold else {})) as app:
         sub = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "ops.bench.bench_robust", "--as-repair-subscriber",
             "--port", str(app.port), "--gap", str(count), cwd=ROOT,
@@ -231,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
 
             with cProfile.Profile() as prof:
                 asyncio.run(_repair_subscriber(args.port, args.gap))
-            pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(30)
+            pstats.Stats(prof, stream=sys.stderr).sort_stats(
+                os.environ.get("PROF_SORT", "tottime")).print_stats(40)
         else:
             asyncio.run(_repair_subscriber(args.port, args.gap))
         return 0
@@ -248,7 +254,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.only in (None, "overhead"):
             _overhead(bootstrap, args.seconds, args.window)
         if args.only in (None, "repair"):
+            print("warm (the broker keeps what its follower read lately):", flush=True)
             asyncio.run(_repairs(bootstrap, args.gap))
+            print("cold (every read from Kafka, as right after a restart):", flush=True)
+            asyncio.run(_repairs(bootstrap, args.gap, cold=True))
         if args.only in (None, "heartbeats"):
             asyncio.run(_heartbeats(bootstrap, args.idle_links, args.seconds))
     finally:

@@ -97,12 +97,12 @@ def test_what_is_packed_decodes_to_the_same_items_in_order(
 
 
 def test_a_batch_closes_at_its_byte_bound() -> None:
-    big = b"y" * (100 * 1024)
-    docs = _pack([_data(n, n, big) for n in range(1, 21)])
+    big = b"y" * (20 * 1024)
+    docs = _pack([_data(n, n, big) for n in range(1, 41)])
     assert len(docs) > 1
     assert all(len(doc) <= BATCH_BYTES for doc in docs)
     got = [i.stamp.link_seq for doc in docs for i in decode_batch(doc).items]
-    assert got == list(range(1, 21))
+    assert got == list(range(1, 41))
 
 
 # --- the fast stamp reader agrees with the full one -------------------------------------------
