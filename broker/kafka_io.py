@@ -436,9 +436,10 @@ def read_partition(
         idle_deadline = time.monotonic() + 30
         at = first
         while True:
-            # consume() returns once it has `batch` messages or the timeout passed: asking for
-            # more than the range still holds would wait out the timeout on every read.
-            msgs = c.consume(max(1, min(batch, stop - at)), timeout=0.5)
+            # consume() returns once it has `batch` messages or the timeout passed: near the
+            # end of the range fewer than `batch` are left, and waiting 0.5 s for the rest
+            # stalled every bounded read; there the wait is short and the loop asks again.
+            msgs = c.consume(batch, timeout=0.5 if stop - at > batch else 0.01)
             if not msgs:
                 # Offsets can be missing (compaction) at the very end of the range.
                 (pos,) = c.position([TopicPartition(topic, partition)])

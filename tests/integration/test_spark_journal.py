@@ -38,7 +38,7 @@ def test_spark_reads_back_exactly_what_was_appended(kafka_config: KafkaConfig,
                 sent[(e.source, e.source_seq)] = e.content
     finally:
         core.close()
-    assert len(sent) == 1500
+    assert len(sent) == 1500, _missing(sent)
 
     df = load_journal(spark, kafka_config).cache()
     row = df.agg(F.count("*").alias("n"),
@@ -55,6 +55,17 @@ def test_spark_reads_back_exactly_what_was_appended(kafka_config: KafkaConfig,
     assert [(bytes(r["content"]), r["topic"]) for r in one] == [
         (b"<quote n='42'>" + b"x" * 42 + b"</quote>", "equity.quote")]
     df.unpersist()
+
+
+def _missing(sent: dict[tuple[str, int], bytes]) -> str:
+    """Which seqs each source lacks: a short count says where it came from."""
+    out = []
+    for n in range(4):
+        have = {seq for source, seq in sent if source == f"p{n}@example.com"}
+        gone = sorted(set(range(1, 376)) - have)
+        more = " …" if len(gone) > 12 else ""
+        out.append(f"p{n}: {len(have)} read back, missing {gone[:12]}{more}")
+    return "; ".join(out)
 
 
 def test_undecodable_records_are_reported_not_fatal(kafka_config: KafkaConfig,
