@@ -35,6 +35,8 @@ import time
 import uuid
 from pathlib import Path
 
+from ops.bench import _profile as profiled
+
 SIZE = 512
 #: Publications one paced publisher keeps unanswered at most (BeepConfig's default limit of
 #: pending MSGs per channel is 64; a publisher that exceeds it is cut off by the broker).
@@ -76,16 +78,7 @@ def _serve(args: argparse.Namespace) -> None:
             print(app.port, flush=True)
             await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
 
-    if args.profile:
-        import cProfile
-        import pstats
-
-        with cProfile.Profile() as prof:
-            asyncio.run(run())
-        pstats.Stats(prof, stream=sys.stderr).sort_stats(os.environ.get("PROF_SORT", "tottime")) \
-            .print_stats(int(os.environ.get("PROF_N", "30")))
-    else:
-        asyncio.run(run())
+    profiled.run(run(), profile=args.profile)
 
 
 def _subscribers(args: argparse.Namespace) -> None:
@@ -114,16 +107,7 @@ def _subscribers(args: argparse.Namespace) -> None:
         await asyncio.gather(*tasks)
         return out
 
-    if args.profile:
-        import cProfile
-        import pstats
-
-        with cProfile.Profile() as prof:
-            per_sub = asyncio.run(run())
-        pstats.Stats(prof, stream=sys.stderr).sort_stats(os.environ.get("PROF_SORT", "tottime")) \
-            .print_stats(int(os.environ.get("PROF_N", "30")))
-    else:
-        per_sub = asyncio.run(run())
+    per_sub = profiled.run(run(), profile=args.profile)
     json.dump(per_sub, sys.stdout)
 
 

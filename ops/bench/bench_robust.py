@@ -35,6 +35,7 @@ import time
 import uuid
 from pathlib import Path
 
+from ops.bench import _profile as profiled
 from ops.bench.bench_pubsub import DOMAIN, ROOT, SIZE, TOPIC, _case, _create_topic, _raw
 
 SUBSCRIBERS = 10
@@ -230,16 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.as_repair_subscriber:
-        if os.environ.get("PROFILE_SUBSCRIBER"):  # its top functions go to stderr
-            import cProfile
-            import pstats
-
-            with cProfile.Profile() as prof:
-                asyncio.run(_repair_subscriber(args.port, args.gap))
-            pstats.Stats(prof, stream=sys.stderr).sort_stats(
-                os.environ.get("PROF_SORT", "tottime")).print_stats(40)
-        else:
-            asyncio.run(_repair_subscriber(args.port, args.gap))
+        profiled.run(_repair_subscriber(args.port, args.gap),
+                     profile=bool(os.environ.get("PROFILE_SUBSCRIBER")))
         return 0
     kafka = None
     bootstrap = args.bootstrap
