@@ -9,7 +9,6 @@ relay on the registered port.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import base64
 import json
 import sys
@@ -18,6 +17,7 @@ from typing import Any
 from adapters.apex._codec import Data
 from adapters.apex.client import ApexClient
 from adapters.apex.reconnect import ReconnectingApexClient, ReconnectPolicy
+from adapters.cli import loop as event_loop
 from adapters.cli.security import add_client_options, client_security
 
 __all__ = ["APEX_EDGE_PORT", "DEFAULT_APEX_PORT", "FOREVER", "add_reconnect_option",
@@ -124,7 +124,7 @@ def register(sub: Any) -> None:
                       help="media type of the content (default: %(default)s)")
     send.add_argument("file", nargs="?", default="-", metavar="FILE|-",
                       help="what to send (default: stdin)")
-    send.set_defaults(func=lambda args: asyncio.run(_send(args)))
+    send.set_defaults(func=lambda args: event_loop.run(_send(args)))
     listen = sub.add_parser("listen", help="attach as an endpoint and print the data it gets",
                             description="Attach to an APEX relay and print one JSON line per"
                                         " data received, until Ctrl-C.")
@@ -132,4 +132,4 @@ def register(sub: Any) -> None:
     listen.add_argument("--count", type=int, default=0,
                         help="exit after this many data (default: run until Ctrl-C)")
     add_reconnect_option(listen)
-    listen.set_defaults(func=lambda args: asyncio.run(_listen(args)))
+    listen.set_defaults(func=lambda args: event_loop.run(_listen(args)))

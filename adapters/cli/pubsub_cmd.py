@@ -46,6 +46,7 @@ from adapters.apex.reconnect import (
     ReconnectPolicy,
 )
 from adapters.apex.robust_client import Message, RobustSubscriber
+from adapters.cli import loop as event_loop
 from adapters.cli.client_cmd import FOREVER, _common, add_reconnect_option, content_fields
 from adapters.cli.security import client_security
 
@@ -346,7 +347,7 @@ def register(sub: Any) -> None:
     pub.add_argument("file", nargs="?", default="-", metavar="FILE|-",
                      help="what to publish (default: stdin)")
     _common(pub)
-    pub.set_defaults(func=lambda args: asyncio.run(_publish(args)))
+    pub.set_defaults(func=lambda args: event_loop.run(_publish(args)))
 
     subs = sub.add_parser(
         "subscribe", help="subscribe to topics and print each delivery as a JSON line",
@@ -374,7 +375,7 @@ def register(sub: Any) -> None:
                              " the previous one printed")
     add_reconnect_option(subs)
     _common(subs)
-    subs.set_defaults(func=lambda args: asyncio.run(_subscribe(args)))
+    subs.set_defaults(func=lambda args: event_loop.run(_subscribe(args)))
 
 
 _SUBSCRIBE_HELP = """\
@@ -413,4 +414,4 @@ def _run_topic(args: argparse.Namespace) -> int:
     if args.action != "list" and not args.name:
         print(f"apexps topic {args.action}: give the topic NAME", file=sys.stderr)
         return 2
-    return asyncio.run(_topic(args))
+    return event_loop.run(_topic(args))

@@ -10,6 +10,7 @@ from typing import Any
 
 import structlog
 
+from adapters.cli import loop as event_loop
 from adapters.cli.client_cmd import DEFAULT_APEX_PORT
 from adapters.cli.paths import default_data_dir
 from adapters.cli.security import add_server_options, server_security
@@ -88,7 +89,7 @@ def _serve(args: argparse.Namespace, bootstrap: str) -> int:
         if peer_domain == args.domain.lower():
             raise ConfigError(f"--peer {peer_domain}=…: that is this relay's own --domain")
     security = server_security(args)  # before Kafka: a bad certificate fails fast
-    return asyncio.run(_serve_async(args, _config(args, bootstrap), **security))
+    return event_loop.run(_serve_async(args, _config(args, bootstrap), **security))
 
 
 def _up(args: argparse.Namespace) -> int:

@@ -42,6 +42,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from adapters.cli import loop as event_loop
+
 #: The figure the broker has to reach: small data operations per second, 16 clients.
 TARGET_16 = 20_000
 DOMAIN = "bench.example"
@@ -83,10 +85,10 @@ def _serve(args: argparse.Namespace) -> None:
         # CPU time, not wall time: on a shared machine a send() that lets another process
         # run would otherwise be charged with that process's time slice
         with cProfile.Profile(time.process_time) as prof:
-            asyncio.run(run())
+            event_loop.run(run())
         pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(30)
     else:
-        asyncio.run(run())
+        event_loop.run(run())
 
 
 async def _one_connection(port: int, name: str, echo: bool, start_at: float,
@@ -148,7 +150,7 @@ def _client(args: argparse.Namespace) -> None:
                             args.start_at, args.start_at + args.seconds, args.in_flight)
             for i in range(args.connections)))
 
-    per_connection = asyncio.run(run())
+    per_connection = event_loop.run(run())
     json.dump([x for lat in per_connection for x in lat], sys.stdout)
 
 
@@ -187,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--server-log-level", default="warning")
     parser.add_argument("--profile", action="store_true",
                         help="cProfile the server; its top functions go to stderr at the end")
+    parser.add_argument("--only", default="1,16,pipelined,floor",
+                        help="comma-separated cases to run: 1, 16, pipelined, floor")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -202,6 +206,14 @@ def main(argv: list[str] | None = None) -> int:
         _client(args)
         return 0
 
+    every = {"1": ("1 client", 1, 1, 1, None),
+             "16": ("16 clients (2 procs x 8)", 2, 8, 1, TARGET_16),
+             "pipelined": (f"16 clients, {PIPELINED} in flight each", 2, 8, PIPELINED, TARGET_16),
+             "floor": ("floor: 16 raw echo", 2, 8, 0, None)}
+    try:
+        cases = [every[name.strip()] for name in args.only.split(",")]
+    except KeyError as exc:
+        parser.error(f"--only: no case {exc}; say some of {', '.join(every)}")
     server_cmd = [sys.executable, "-m", "ops.bench.bench_apex", "--serve",
                   "--server-log-level", args.server_log_level]
     if args.profile:
@@ -210,12 +222,9 @@ def main(argv: list[str] | None = None) -> int:
                               cwd=Path(__file__).resolve().parents[2])
     assert server.stdout is not None and server.stdin is not None
     port, raw_port = map(int, server.stdout.readline().split())
-    cases = [("1 client", 1, 1, 1, None), ("16 clients (2 procs x 8)", 2, 8, 1, TARGET_16),
-             (f"16 clients, {PIPELINED} in flight each", 2, 8, PIPELINED, TARGET_16),
-             ("floor: 16 raw asyncio echo", 2, 8, 0, None)]
     print(f"APEX data->ok round trips, mode={args.mode}, {len(PAYLOAD)}-octet payload,"
           f" {args.seconds:g} s per case, server log level {args.server_log_level},"
-          f" {os.cpu_count()} CPUs")
+          f" {event_loop.loop_name()} loop, {os.cpu_count()} CPUs")
     print(f"{'case':<32} {'ops/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'server us/op':>13}"
           f" {'target ops/s':>13}  ok?")
     try:
