@@ -219,6 +219,15 @@ class _Attachment:
     trans_id: int
 
 
+#: The reply to nearly every data: one shared instance (replies are frozen values).
+_OK = Ok()
+
+
+def _has_options(data: Data) -> bool:
+    """Whether `data` carries any option at all; most carry none, and skip option handling."""
+    return bool(data.options or data.originator_options or data.recipient_options)
+
+
 #: The default bind policy (§4.5.2 "local provisioning"): no relay may bind until configured.
 def _default_may_bind(ref: ChannelRef, domain: str) -> bool:
     return False
@@ -417,18 +426,22 @@ class Relay:
         received = self.clock()
         if not self._may_originate(ref, data.originator):
             raise AccessDenied(f"not attached as {data.originator} on this channel")
-        self._check_options(data.options)
-        self._check_options(data.originator_options)
-        for index in range(len(data.recipients)):
-            self._check_options(data.options_of(index))
-        for group in (data.options, data.originator_options, *data.recipient_options):
-            validate_options(group)  # 501 before any recipient is processed
+        if _has_options(data):
+            self._check_options(data.options)
+            self._check_options(data.originator_options)
+            for index in range(len(data.recipients)):
+                self._check_options(data.options_of(index))
+            for group in (data.options, data.originator_options, *data.recipient_options):
+                validate_options(group)  # 501 before any recipient is processed
         deliveries: list[Delivery] = []
         statuses: list[tuple[Endpoint, int, str]] = []
         calls: list[tuple[int, Awaitable[Iterable[Data]]]] = []
+        single = len(data.recipients) == 1
         for index, recipient in enumerate(data.recipients):
             try:
-                result = self._deliver(data.for_recipients([index]), recipient, ref, received)
+                # most data has one recipient: it is its own single-recipient copy
+                one = data if single else data.for_recipients([index])
+                result = self._deliver(one, recipient, ref, received)
             except ApexpsError as exc:
                 statuses.append((recipient, int(exc.code), str(exc)))
                 continue
@@ -445,6 +458,10 @@ class Relay:
     def finish(self, ref: ChannelRef, data: Data, statuses: list[tuple[Endpoint, int, str]],
                deliveries: list[Delivery]) -> Outcome:
         """The reply to `data` once every recipient has a status (§4.4.4.1, §5.1)."""
+        if not _has_options(data):  # no statusRequest to answer: the common case, kept short
+            if all(code != 250 for _, code, _ in statuses):
+                return Outcome(Error(statuses[0][1], statuses[0][2]), tuple(deliveries))
+            return Outcome(_OK, tuple(deliveries))
         requests = [o for o in data.options if o.name == STATUS_REQUEST]
         requests += [o for i in range(len(data.recipients)) for o in data.options_of(i)
                      if o.name == STATUS_REQUEST]
@@ -541,16 +558,21 @@ class Relay:
             if inspect.isawaitable(result):
                 return result
             return self.route_all(result)
-        in_time, reports = timing_left(data, self.domain, elapsed)
-        self._reports += reports
-        if not in_time:
-            raise NotTaken("dataTiming noLaterThan passed")
+        plain = not _has_options(data)  # then there is no timing, hold or watch to weigh
+        if not plain:
+            in_time, reports = timing_left(data, self.domain, elapsed)
+            self._reports += reports
+            if not in_time:
+                raise NotTaken("dataTiming noLaterThan passed")
         target = self._attached.get(recipient) or self._attached.get(recipient.base)
         if target is None:
-            if self.holds is not None and holds_requested(data) and not recipient.is_well_known:
+            if (not plain and self.holds is not None and holds_requested(data)
+                    and not recipient.is_well_known):
                 item = held_item(data, recipient, int(self.clock() * 1000), elapsed)
                 return _written(self.holds.hold(item))
             raise NotTaken("unknown endpoint identity")
+        if plain:
+            return [Delivery(target.ref, data)]
         watch, reports = watch_delivery(data, self.domain, elapsed, self._next_option_id)
         self._reports += reports
         return [Delivery(target.ref, data, watch)]

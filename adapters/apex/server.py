@@ -100,6 +100,9 @@ log = structlog.get_logger(__name__)
 #: fan-out stalled on SEQ round trips (measured: ~600 deliveries/s to 10 subscribers).
 APEX_WINDOW = 256 * 1024
 
+#: `encode(Ok())`'s body, which answers nearly every data.
+_PLAIN_OK = encode(Ok())[1]
+
 #: Seconds a new connection has to send its BEEP greeting before we hang up.
 DEFAULT_GREETING_TIMEOUT = 10.0
 #: Unsent octets one connection may pile up (two BEEP maximum messages) before it is dropped.
@@ -379,6 +382,9 @@ class ApexServer:
         self._arm_holds()
 
     def _reply(self, session: _Session, event: MessageReceived, reply: Ok | Error) -> None:
+        if type(reply) is Ok and reply.trans_id is None:  # nearly every reply: known octets
+            session.conn.send_rpy(event.channel, event.msgno, _PLAIN_OK, BEEP_XML)
+            return
         content_type, body = encode(reply)
         if isinstance(reply, Error):
             session.conn.send_err(event.channel, event.msgno, body, content_type)
