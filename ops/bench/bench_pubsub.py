@@ -158,7 +158,7 @@ def _publisher(args: argparse.Namespace) -> None:
         await client.close()
         return {"sent": sent, "elapsed": elapsed}
 
-    json.dump(asyncio.run(run()), sys.stdout)
+    json.dump(profiled.run(run()), sys.stdout)
 
 
 def _case(port: int, subscribers: int, seconds: float, rate: int, window: int,
@@ -332,7 +332,7 @@ def _create_topic(port: int) -> None:
         await client.create_topic(TOPIC)
         await client.close()
 
-    asyncio.run(run())
+    profiled.run(run())
 
 
 if __name__ == "__main__":

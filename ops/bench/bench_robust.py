@@ -35,6 +35,7 @@ import time
 import uuid
 from pathlib import Path
 
+from adapters.apex._batch_codec import DEFAULT_BATCH
 from ops.bench import _profile as profiled
 from ops.bench.bench_pubsub import DOMAIN, ROOT, SIZE, TOPIC, _case, _create_topic, _raw
 
@@ -69,8 +70,8 @@ def _overhead(bootstrap: str, seconds: float, window: int) -> None:
         server, port = _broker(bootstrap, *extra)
         try:
             _create_topic(port)
-            paced = _case(port, SUBSCRIBERS, seconds, PACED_RATE, 1)
-            flat = _case(port, SUBSCRIBERS, seconds, 0, window)
+            paced = _case(port, SUBSCRIBERS, seconds, PACED_RATE, 1, DEFAULT_BATCH)
+            flat = _case(port, SUBSCRIBERS, seconds, 0, window, DEFAULT_BATCH)
         finally:
             _stop(server)
         results[mode] = (paced, flat)
@@ -248,11 +249,11 @@ def main(argv: list[str] | None = None) -> int:
             _overhead(bootstrap, args.seconds, args.window)
         if args.only in (None, "repair"):
             print("warm (the broker keeps what its follower read lately):", flush=True)
-            asyncio.run(_repairs(bootstrap, args.gap))
+            profiled.run(_repairs(bootstrap, args.gap))
             print("cold (every read from Kafka, as right after a restart):", flush=True)
-            asyncio.run(_repairs(bootstrap, args.gap, cold=True))
+            profiled.run(_repairs(bootstrap, args.gap, cold=True))
         if args.only in (None, "heartbeats"):
-            asyncio.run(_heartbeats(bootstrap, args.idle_links, args.seconds))
+            profiled.run(_heartbeats(bootstrap, args.idle_links, args.seconds))
     finally:
         if kafka is not None:
             kafka.stop()
