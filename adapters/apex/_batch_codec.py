@@ -54,6 +54,7 @@ __all__ = [
     "BatchPacker",
     "batch_data_item",
     "batch_item",
+    "batch_item_content",
     "decode_batch",
 ]
 
@@ -100,7 +101,13 @@ def _esc(value: str) -> str:
 
 def batch_data_item(stamp_xml: str, content: bytes, content_type: str) -> str:
     """One data item from its stamp (`data_stamp_xml`) and content."""
-    return (f"<item>{stamp_xml}<content type='{_esc(content_type)}'>"
+    return f"<item>{stamp_xml}{batch_item_content(content, content_type)}"
+
+
+def batch_item_content(content: bytes, content_type: str) -> str:
+    """A data item's end, from its content on: the same for every link a message goes to, so
+    the fan-out encodes it once per message."""
+    return (f"<content type='{_esc(content_type)}'>"
             f"{binascii.b2a_base64(content, newline=False).decode('ascii')}</content></item>")
 
 

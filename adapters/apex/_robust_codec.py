@@ -900,15 +900,33 @@ def data_stamp_xml(link: str, link_seq: int, *, epoch: int, source: str, source_
     """A data stamp's `<seq … />` straight from trusted values (a link record and its journal
     entry, both checked when they were written): the fan-out's per-delivery path, without
     building and checking a `Stamp` (which costs about as much again)."""
+    message = data_stamp_message(source, source_seq, publish_type, topic, token=token,
+                                 message_id=message_id, time=time)
+    return data_stamp_link(link, link_seq, message, epoch=epoch, refill=refill,
+                           snapshot=snapshot)
+
+
+def data_stamp_message(source: str, source_seq: int, publish_type: str, topic: str, *,
+                       token: str | None = None, message_id: str | None = None,
+                       time: int | None = None) -> str:
+    """The part of a data stamp that says which message it is (the same on every link the
+    message goes to): the fan-out makes it once per message, `data_stamp_link` adds each
+    link's part."""
+    return (f" kind='data' source='{_esc_known(source)}' sourceseq='{source_seq}'"
+            f" type='{publish_type}' topic='{_esc_known(topic)}'"
+            f"{_a('token', token)}{_a('messageid', message_id)}{_a('time', time)}")
+
+
+def data_stamp_link(link: str, link_seq: int, message: str, *, epoch: int, refill: bool,
+                    snapshot: bool) -> str:
+    """A data stamp's `<seq … />` from its link's part and `data_stamp_message`'s."""
     head = f"<seq link='{_esc_known(link)}'"
     if epoch:
         head += f" epoch='{epoch}'"
     tail = " refill='true' />" if refill else " />"
     if snapshot:
         tail = " snapshot='true'" + tail
-    return (f"{head} linkseq='{link_seq}' kind='data' source='{_esc_known(source)}'"
-            f" sourceseq='{source_seq}' type='{publish_type}' topic='{_esc_known(topic)}'"
-            f"{_a('token', token)}{_a('messageid', message_id)}{_a('time', time)}{tail}")
+    return f"{head} linkseq='{link_seq}'{message}{tail}"
 
 
 _ESCAPED: dict[str, str] = {}

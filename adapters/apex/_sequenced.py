@@ -66,7 +66,7 @@ from broker.robust.links import LinkItem, LinkKind, LinkLog, LinkRecord
 from broker.robust.refill import Refilled, refill_chunks
 from broker.robust.repair import select_catch_up
 
-from ._batch_codec import BATCH_ITEM_CONTENT, BatchPacker, batch_data_item, batch_item
+from ._batch_codec import BATCH_ITEM_CONTENT, BatchPacker, batch_item, batch_item_content
 from ._codec import BEEP_XML, Data, Option, TargetHop
 from ._endpoint import Endpoint
 from ._pubsub_codec import Reply, encode_pubsub
@@ -84,6 +84,8 @@ from ._robust_codec import (
     Stamp,
     StampKind,
     Withheld,
+    data_stamp_link,
+    data_stamp_message,
     data_stamp_xml,
     encode_robust,
     encode_stamp,
@@ -160,6 +162,28 @@ def _stamp_xml(rec: LinkRecord, entry: JournalEntry, refilled: bool = False) -> 
         refill=refilled, snapshot=rec.snapshot)
 
 
+#: id(entry) -> (entry, its stamp's message part, its batch item's content part), for the
+#: messages of one fan-out turn; the entry is kept so that a reused id never matches
+_ItemParts = dict[int, tuple[JournalEntry, str, str]]
+
+
+def _batch_data_item(rec: LinkRecord, entry: JournalEntry, refilled: bool,
+                     known: _ItemParts) -> str:
+    """`batch_data_item(_stamp_xml(rec, entry, refilled), …)`, with what depends only on the
+    message (its stamp's message part, its content in base64) made once per message however
+    many links of a fan-out turn it goes to (`known` keeps them for the turn)."""
+    parts = known.get(id(entry))
+    if parts is None or parts[0] is not entry:
+        message = data_stamp_message(
+            entry.source, entry.source_seq, str(entry.publish_type), entry.topic,
+            token=entry.permission_token, message_id=entry.message_id, time=entry.appended_at)
+        parts = known[id(entry)] = (
+            entry, message, batch_item_content(entry.content, entry.content_type))
+    stamp = data_stamp_link(rec.link, rec.link_seq, parts[1], epoch=rec.epoch,
+                            refill=refilled, snapshot=rec.snapshot)
+    return f"<item>{stamp}{parts[2]}"
+
+
 def _data_stamp(rec: LinkRecord, entry: JournalEntry, refilled: bool = False) -> Option:
     return Option(STAMP_OPTION, content=_stamp_xml(rec, entry, refilled))
 
@@ -180,8 +204,11 @@ class _Packer:
     what was packed before it."""
 
     def __init__(self, fanout: SequencedFanout, link: str, limit: int,
-                 send: Callable[[Data], None] | None = None) -> None:
+                 send: Callable[[Data], None] | None = None,
+                 known: _ItemParts | None = None) -> None:
+        """`known`: the message parts of the turn, shared by the turn's packers."""
         self._fanout = fanout
+        self._known: _ItemParts = {} if known is None else known
         self._send = send or fanout._send
         self._packer = BatchPacker(link, limit)
         self._to: Endpoint | None = None
@@ -191,8 +218,7 @@ class _Packer:
         if len(entry.content) > BATCH_ITEM_CONTENT:
             self.single(to, self._fanout._delivery(to, record, entry, refilled))
         else:
-            self._add(to, batch_data_item(_stamp_xml(record, entry, refilled), entry.content,
-                                          entry.content_type))
+            self._add(to, _batch_data_item(record, entry, refilled, self._known))
 
     def item(self, to: Endpoint, stamp: Stamp, doc: RobustDocument) -> None:
         """A heartbeat or withheld item."""
@@ -387,6 +413,7 @@ class SequencedFanout:
         assert slot.outcomes is not None
         by_entry: dict[int, tuple[JournalEntry, list[Endpoint], list[tuple[Option, ...]]]] = {}
         packers: dict[str, _Packer] = {}
+        known: _ItemParts = {}
         live = self._live_batch
         j = 0
         for outcome, record in zip(slot.outcomes, slot.records, strict=True):
@@ -401,7 +428,8 @@ class SequencedFanout:
             link = record.link
             packer = packers.get(link)
             if packer is None and (slot.batch or link in live):
-                packer = packers[link] = _Packer(self, link, slot.batch or live[link])
+                packer = packers[link] = _Packer(self, link, slot.batch or live[link],
+                                                 known=known)
             if entry is None or record.kind is not LinkKind.DATA:
                 if packer is not None and record.kind is LinkKind.HEARTBEAT:
                     packer.item(_endpoint(who), *self._link_stamp(record))

@@ -218,3 +218,62 @@ def test_the_binding_example_decodes() -> None:
         (56737, StampKind.DATA), (56738, StampKind.HEARTBEAT), (56739, StampKind.WITHHELD)]
     assert (batch.items[0].content, batch.items[0].content_type) == (b"IBM 183.22", "text/plain")
     assert batch.items[1].document == Heartbeat(5000)
+
+
+# --- the fan-out's per-message parts (adapters/apex/_sequenced.py) -------------------------
+
+_names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), min_size=1,
+                 max_size=12)
+
+
+@given(link=_names, link_seq=st.integers(1, 2**32), epoch=st.integers(0, 5),
+       source=_names, source_seq=st.integers(1, 2**40), topic=_names,
+       ptype=st.sampled_from(list(PublishType)), token=st.none() | _names,
+       message_id=st.none() | _names, time=st.none() | st.integers(0, 2**45),
+       refill=st.booleans(), snapshot=st.booleans(), content=st.binary(max_size=64),
+       content_type=_names, links=st.integers(1, 3))
+def test_the_fanouts_item_equals_the_one_built_whole(
+        link: str, link_seq: int, epoch: int, source: str, source_seq: int, topic: str,
+        ptype: PublishType, token: str | None, message_id: str | None, time: int | None,
+        refill: bool, snapshot: bool, content: bytes, content_type: str, links: int) -> None:
+    # The fan-out makes a message's stamp part and content part once and reuses them for
+    # every link it goes to: each link's item must be what the whole-item functions write.
+    from adapters.apex._sequenced import _batch_data_item
+    from broker.kafka_io import Position
+    from broker.records import JournalEntry, RecordKind
+    from broker.robust.links import LinkKind, LinkRecord
+
+    entry = JournalEntry(Position(0, 7), RecordKind.DATA, topic, source, source_seq, None, None,
+                         ptype, None, message_id, None, None, None, token, content_type,
+                         content, {}, {}, time or 0)
+    known: dict[int, tuple[JournalEntry, str, str]] = {}
+    for n in range(links):
+        rec = LinkRecord(f"{link}{n}", n, epoch, 0, 32, link_seq + n, LinkKind.DATA,
+                         entry.position, source, source_seq, None, 1, 0, snapshot)
+        whole = batch_data_item(
+            data_stamp_xml(rec.link, rec.link_seq, epoch=epoch, source=source,
+                           source_seq=source_seq, publish_type=str(ptype), topic=topic,
+                           token=token, message_id=message_id, time=entry.appended_at,
+                           refill=refill, snapshot=snapshot), content, content_type)
+        assert _batch_data_item(rec, entry, refill, known) == whole
+
+
+def test_a_stale_slot_under_a_reused_id_is_not_taken() -> None:
+    # The parts are found by id(entry); once an entry is gone its id may name a new one.
+    from adapters.apex import _sequenced
+    from broker.kafka_io import Position
+    from broker.records import JournalEntry, RecordKind
+    from broker.robust.links import LinkKind, LinkRecord
+
+    def entry(content: bytes) -> JournalEntry:
+        return JournalEntry(Position(0, 7), RecordKind.DATA, "t", "s", 1, None, None,
+                            PublishType.UPDATE, None, None, None, None, None, None,
+                            "text/plain", content, {}, {}, 5)
+
+    old, new = entry(b"old"), entry(b"new")
+    rec = LinkRecord("L", 1, 0, 0, 32, 1, LinkKind.DATA, new.position, "s", 1, None, 1, 0)
+    known: dict[int, tuple[JournalEntry, str, str]] = {}
+    stale = _sequenced._batch_data_item(rec, old, False, known)
+    known[id(new)] = known.pop(id(old))  # as if `new` had been given `old`'s id
+    assert _sequenced._batch_data_item(rec, new, False, known) != stale
+    assert "bmV3" in _sequenced._batch_data_item(rec, new, False, known)  # base64 of b"new"
