@@ -107,6 +107,10 @@ class HoldBook:
         self._out: set[str] = set()
         self._reported: set[str] = set()
         self._usage: dict[str, tuple[int, int]] = {}
+        #: bumped by every change; `next_due` answers from its last scan while it stands still
+        #: (the server asks after every data operation, and most change nothing here)
+        self._changes = 0
+        self._due: tuple[int, int | None] = (-1, None)
         for item in items:
             self._add(item)
 
@@ -122,6 +126,7 @@ class HoldBook:
 
     def _add(self, item: HeldData) -> None:
         count, octets = self.usage(item.originator)
+        self._changes += 1
         self._items[item.hold_id] = item
         self._usage[item.originator] = (count + 1, octets + item.size)
 
@@ -141,6 +146,7 @@ class HoldBook:
     def forget(self, hold_id: str) -> HeldData | None:
         """Drop a held data from the book (delivered, expired or never written)."""
         item = self._items.pop(hold_id, None)
+        self._changes += 1
         self._out.discard(hold_id)
         self._reported.discard(hold_id)
         if item is not None:
@@ -160,17 +166,20 @@ class HoldBook:
         found = [i for i in self._waiting()
                  if i.recipient == endpoint or (base and i.recipient_base == endpoint)]
         found.sort(key=lambda i: i.held_at)
+        self._changes += 1
         self._out.update(i.hold_id for i in found)
         return found
 
     def requeue(self, hold_id: str) -> HeldData | None:
         """Data out for delivery that was not accepted waits again; returns it, if booked."""
+        self._changes += 1
         self._out.discard(hold_id)
         return self._items.get(hold_id)
 
     def expired(self, now_ms: int) -> list[HeldData]:
         """Waiting data whose deadline is at or before `now_ms`, now out (to be released)."""
         found = [i for i in self._waiting() if i.deadline is not None and i.deadline <= now_ms]
+        self._changes += 1
         self._out.update(i.hold_id for i in found)
         return found
 
@@ -178,14 +187,18 @@ class HoldBook:
         """Waiting data whose `report_at` passed and that was not reported yet; each once."""
         found = [i for i in self._waiting() if i.hold_id not in self._reported
                  and i.report_at is not None and i.report_at <= now_ms]
+        self._changes += 1
         self._reported.update(i.hold_id for i in found)
         return found
 
     def next_due(self) -> int | None:
         """The earliest deadline or report time among waiting data, if any (epoch ms)."""
-        times = [t for i in self._waiting() for t in (
-            i.deadline, None if i.hold_id in self._reported else i.report_at) if t is not None]
-        return min(times, default=None)
+        if self._due[0] != self._changes:
+            times = [t for i in self._waiting() for t in (
+                i.deadline, None if i.hold_id in self._reported else i.report_at)
+                if t is not None]
+            self._due = (self._changes, min(times, default=None))
+        return self._due[1]
 
 
 class KafkaHolds:

@@ -92,6 +92,36 @@ class TestHoldBook:
             assert book.usage(f"o{who}@x.example") == (len(mine), sum(i.size for i in mine))
             assert len(mine) <= 3 and sum(i.size for i in mine) <= 40
 
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(st.tuples(
+        st.sampled_from(["reserve", "forget", "take", "requeue", "expired", "late", "due"]),
+        st.integers(0, 5), st.integers(0, 900)), max_size=40))
+    def test_next_due_always_equals_a_fresh_scan(self, ops: list[tuple[str, int, int]]) -> None:
+        """next_due() answers from its last scan until the book changes: after any sequence
+        of changes and questions it must say what a scan of the book says now."""
+        book = HoldBook()
+        for op, n, t in ops:
+            hid = f"h{n}"
+            if op == "reserve":
+                with contextlib.suppress(TransactionFailed):
+                    book.reserve(item(hid, f"r{n % 2}@x.example", deadline=t or None,
+                                      report_at=t // 2 or None))
+            elif op == "forget":
+                book.forget(hid)
+            elif op == "take":
+                book.take(f"r{n % 2}@x.example", base=True)
+            elif op == "requeue":
+                book.requeue(hid)
+            elif op == "expired":
+                book.expired(t)
+            elif op == "late":
+                book.late(t)
+            waiting = [i for i in book._items.values() if i.hold_id not in book._out]
+            times = [x for i in waiting for x in (
+                i.deadline, None if i.hold_id in book._reported else i.report_at)
+                if x is not None]
+            assert book.next_due() == min(times, default=None)
+
 
 def test_kafka_holds_survive_a_restart(kafka_config: KafkaConfig) -> None:
     """Two held, one released: a reopened core sees exactly the other, bytes and times intact;
