@@ -108,7 +108,7 @@ def _subscribers(args: argparse.Namespace) -> None:
         return out
 
     per_sub = profiled.run(run(), profile=args.profile)
-    json.dump(per_sub, sys.stdout)
+    json.dump({"latencies": per_sub, "cpu": time.process_time()}, sys.stdout)
 
 
 def _publisher(args: argparse.Namespace) -> None:
@@ -156,13 +156,31 @@ def _publisher(args: argparse.Namespace) -> None:
         elapsed = time.perf_counter() - began
         await client.publish(TOPIC, b"!" + b"x" * (SIZE - 1))  # end marker
         await client.close()
-        return {"sent": sent, "elapsed": elapsed}
+        return {"sent": sent, "elapsed": elapsed, "cpu": time.process_time()}
 
     json.dump(profiled.run(run()), sys.stdout)
 
 
+def _cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds of process `pid` (Linux /proc), or of the whole machine
+    (all CPUs, from /proc/stat) for None; 0 where /proc is missing."""
+    try:
+        if pid is None:
+            fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+            busy = sum(int(f) for f in fields[:8]) - int(fields[3]) - int(fields[4])
+            return busy / os.sysconf("SC_CLK_TCK")
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def _case(port: int, subscribers: int, seconds: float, rate: int, window: int,
-          batch: int) -> dict[str, float]:
+          batch: int, broker_pid: int | None = None) -> dict[str, float]:
+    """One phase; with `broker_pid`, also the CPU each part spent per message sent: the broker,
+    the publisher, the subscribers' process, and the rest of the machine (Kafka's JVM, and
+    whatever else runs)."""
+    machine_before, broker_before = _cpu_seconds(None), _cpu_seconds(broker_pid)
     here = [sys.executable, "-m", "ops.bench.bench_pubsub", "--port", str(port), "--batch",
             str(batch)]
     profile = ["--profile"] if os.environ.get("PROFILE_SUBSCRIBERS") else []
@@ -181,13 +199,19 @@ def _case(port: int, subscribers: int, seconds: float, rate: int, window: int,
     if "waited" in pub.stderr:  # the pace slipped: say so beside the figures
         print(f"  ({pub.stderr.strip().splitlines()[-1]})", flush=True)
     out, _ = subs.communicate(timeout=seconds + 300)
-    per_sub: list[list[float]] = json.loads(out.splitlines()[-1])
+    report = json.loads(out.splitlines()[-1])
+    per_sub: list[list[float]] = report["latencies"]
     lat = [x for sub in per_sub for x in sub]
     p50, p99 = _pcts(lat)
     delivered = min(len(s) for s in per_sub)
+    n = max(1, sent["sent"])
+    broker = _cpu_seconds(broker_pid) - broker_before if broker_pid else 0.0
+    rest = _cpu_seconds(None) - machine_before - broker - sent["cpu"] - report["cpu"]
     return {"sent": sent["sent"], "msgs_per_s": delivered / sent["elapsed"],
             "deliveries_per_s": len(lat) / sent["elapsed"], "p50": p50, "p99": p99,
-            "complete": float(all(len(s) == sent["sent"] for s in per_sub))}
+            "complete": float(all(len(s) == sent["sent"] for s in per_sub)),
+            "cpu_broker_us": broker / n * 1e6, "cpu_publisher_us": sent["cpu"] / n * 1e6,
+            "cpu_subscribers_us": report["cpu"] / n * 1e6, "cpu_rest_us": rest / n * 1e6}
 
 
 def _raw(bootstrap: str, seconds: float, rate: int) -> dict[str, float]:
@@ -305,8 +329,10 @@ def main(argv: list[str] | None = None) -> int:
             port = int(server.stdout.readline())
             try:
                 _create_topic(port)
-                paced = _case(port, count, args.seconds, args.paced_rate, 1, args.batch)
-                flat = _case(port, count, args.seconds, 0, args.window, args.batch)
+                paced = _case(port, count, args.seconds, args.paced_rate, 1, args.batch,
+                              server.pid)
+                flat = _case(port, count, args.seconds, 0, args.window, args.batch,
+                             server.pid)
             finally:
                 server.stdin.close()
                 server.wait(timeout=120)
@@ -318,6 +344,11 @@ def main(argv: list[str] | None = None) -> int:
                   f" {flat['msgs_per_s']:,.0f} msgs/s = {flat['deliveries_per_s']:,.0f}"
                   f" deliveries/s, p99 {flat['p99']:.1f} ms; ratio to raw {ratio:.2f}x"
                   f" (target ≥ 0.25x){'' if flat['complete'] else ' INCOMPLETE'}", flush=True)
+            for name, phase in (("paced", paced), ("flat out", flat)):
+                print(f"      CPU per message, {name}: broker {phase['cpu_broker_us']:,.0f} µs,"
+                      f" publisher {phase['cpu_publisher_us']:,.0f} µs, {count} subscribers"
+                      f" {phase['cpu_subscribers_us']:,.0f} µs, rest of the machine (Kafka,"
+                      f" others) {phase['cpu_rest_us']:,.0f} µs", flush=True)
     finally:
         if kafka is not None:
             kafka.stop()
