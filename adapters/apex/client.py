@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
 
 from adapters.beep import (
@@ -90,6 +91,11 @@ class ApexClient:
                                                  max_pending_messages=CLIENT_MAX_PENDING),
             profiles=[])
         self._pending: dict[int, asyncio.Future[Operation]] = {}
+        #: (loop time its reply is due by, msgno) of each request, in sending order: one timer
+        #: (`_sweep`) watches the oldest rather than one timer per request, which cost a
+        #: round trip as much as its BEEP framing
+        self._deadlines: deque[tuple[float, int]] = deque()
+        self._sweeper: asyncio.TimerHandle | None = None
         #: requests awaiting their reply at once: pipelining helps, but a relay cuts off a
         #: channel with more MSGs pending than its limit (BeepConfig's default is 64)
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
@@ -169,6 +175,7 @@ class ApexClient:
         except (ConnectionError, OSError):
             pass
         finally:
+            self._stop_sweeping()
             for future in self._pending.values():
                 if not future.done():
                     future.set_exception(ServiceNotAvailable("connection to the relay lost"))
@@ -178,6 +185,9 @@ class ApexClient:
     def _dispatch(self, event: Event) -> None:
         if isinstance(event, ReplyReceived | ErrorReplyReceived):
             future = self._pending.pop(event.msgno, None)
+            deadlines = self._deadlines
+            while deadlines and deadlines[0][1] not in self._pending:
+                deadlines.popleft()  # answered: replies come in the order of the requests
             if future is not None and not future.done():
                 try:
                     future.set_result(decode(event.content_type, event.body))
@@ -228,15 +238,30 @@ class ApexClient:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Operation] = loop.create_future()
         self._pending[msgno] = future
+        self._deadlines.append((loop.time() + self.timeout, msgno))
+        if self._sweeper is None:
+            self._sweeper = loop.call_later(self.timeout, self._sweep)
         self._flush()
         await self._writer.drain()
-        # A timer on the future itself: asyncio.wait_for wraps every call in more machinery
-        # than a round trip's own awaiting costs.
-        timer = loop.call_later(self.timeout, _expire, future, self.timeout)
-        try:
-            return await future
-        finally:
-            timer.cancel()
+        return await future
+
+    def _stop_sweeping(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+
+    def _sweep(self) -> None:
+        """Fail the requests whose reply is overdue; wake again when the next one is due."""
+        self._sweeper = None
+        loop = asyncio.get_running_loop()
+        now, deadlines = loop.time(), self._deadlines
+        while deadlines and deadlines[0][0] <= now:
+            future = self._pending.get(deadlines.popleft()[1])
+            if future is not None and not future.done():
+                future.set_exception(TimeoutError(
+                    f"no reply from the relay within {self.timeout:g} s"))
+        if deadlines:
+            self._sweeper = loop.call_later(deadlines[0][0] - now, self._sweep)
 
     async def attach(self, endpoint: Endpoint | str, *, options: Iterable[Option] = (),
                      trans_id: int | None = None) -> int:
@@ -289,6 +314,7 @@ class ApexClient:
             await asyncio.wait_for(self._expect(SessionClosed), self.timeout)
         self._writer.close()
         self._task.cancel()
+        self._stop_sweeping()
         with contextlib.suppress(asyncio.CancelledError, ConnectionError):
             await self._task
             await self._writer.wait_closed()
@@ -367,7 +393,3 @@ class ApexClient:
         if isinstance(outcome, SaslFailed):
             raise ApexpsError.for_code(outcome.code, outcome.text)
 
-
-def _expire(future: asyncio.Future[Operation], timeout: float) -> None:
-    if not future.done():
-        future.set_exception(TimeoutError(f"no reply from the relay within {timeout:g} s"))
