@@ -541,8 +541,8 @@ class Relay:
     def _deliver(self, data: Data, recipient: Endpoint, came_from: ChannelRef | None = None,
                  received: float | None = None) -> list[Delivery] | Awaitable[Iterable[Data]]:
         """§4.4.4.1 step 5 for single-recipient `data`; raises `ApexpsError` if it fails."""
-        elapsed = elapsed_ms(received, self.clock())
         if recipient.domain != self.domain:
+            elapsed = elapsed_ms(received, self.clock())
             route = self._route_to(recipient.domain)
             if route is None or route == came_from:
                 raise NotTaken(f"no route to {recipient.domain}")
@@ -555,10 +555,13 @@ class Relay:
         service = self._services.get(recipient.address) if recipient.is_well_known else None
         if service is not None:
             result = service.on_data(data, recipient)
+            if type(result) is tuple or type(result) is list:  # most services answer at once
+                return self.route_all(result) if result else []
             if inspect.isawaitable(result):
                 return result
             return self.route_all(result)
         plain = not _has_options(data)  # then there is no timing, hold or watch to weigh
+        elapsed = 0 if plain else elapsed_ms(received, self.clock())
         if not plain:
             in_time, reports = timing_left(data, self.domain, elapsed)
             self._reports += reports
