@@ -413,15 +413,11 @@ def _decode_fast(content_type: str, body: bytes) -> Data | None:
     test_codec_fast.py holds it to that); raises nothing.
     """
     layout = match_data(content_type, body, DEFAULT_MAX_XML_SIZE)
-    if (layout is None or len(layout.parties) > DEFAULT_MAX_RECIPIENTS + 1
+    if (layout is None or len(layout.recipients) > DEFAULT_MAX_RECIPIENTS
             or len(layout.content) > DEFAULT_MAX_CONTENT_SIZE):
         return None
-    try:
-        parties = [Endpoint.parse(identity) for identity in layout.parties]
-    except ApexpsError:
-        return None  # the general path says which endpoint, with its code
-    return Data(parties[0], tuple(parties[1:]), layout.content, layout.content_type, (), (), (),
-                layout.content_ref)
+    return Data(layout.originator, layout.recipients, layout.content, layout.content_type,
+                (), (), (), layout.content_ref)
 
 
 def _decode_general(content_type: str, body: bytes) -> Operation:
