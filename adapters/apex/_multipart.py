@@ -25,7 +25,9 @@ __all__ = [
     "content_type_params",
     "decode_related",
     "encode_related",
+    "new_boundary",
     "new_content_id",
+    "new_data_ids",
 ]
 
 MULTIPART_RELATED = "multipart/related"
@@ -74,6 +76,20 @@ _unique = _Unique()
 def new_content_id() -> str:
     """A globally unique Content-ID (RFC 2045 §7 wants one), without angle brackets."""
     return f"{_unique()}@apexps.invalid"
+
+
+def new_data_ids() -> tuple[str, str, str]:
+    """What encoding a data draws, in its order and in one call: the content's Content-ID, the
+    start part's Content-ID, the boundary."""
+    prefix, counter = _unique.prefix, _unique.counter  # three `_unique()` calls, inlined
+    return (f"{prefix}{next(counter):x}@apexps.invalid",
+            f"{prefix}{next(counter):x}@apexps.invalid",
+            f"{prefix}{next(counter):x}")
+
+
+def new_boundary() -> str:
+    """A multipart boundary that no content is likely to hold (RFC 2046 §5.1.1)."""
+    return _unique()
 
 
 def content_type_params(content_type: str) -> tuple[str, dict[str, str]]:
@@ -158,7 +174,7 @@ def decode_related(content_type: str, body: bytes,
 
 def encode_related(start: Part, others: list[Part]) -> tuple[str, bytes]:
     """`(Content-Type header value, body)` of a multipart/related entity (§4.1's layout)."""
-    boundary = _unique()
+    boundary = new_boundary()
     out = bytearray()
     for part in (start, *others):
         out += f"--{boundary}\r\nContent-Type: {part.content_type}\r\n".encode("latin-1")
