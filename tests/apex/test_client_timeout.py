@@ -61,7 +61,7 @@ def test_each_unanswered_request_times_out_on_its_own_deadline() -> None:
         await relay.received.get()
         ended = []
         for task in (first, second):
-            with pytest.raises(TimeoutError, match="no reply from the relay within 0.4 s"):
+            with pytest.raises(TimeoutError, match=r"no reply from the relay within 0\.4 s"):
                 await task
             ended.append(time.monotonic() - began)
         await client.close()
