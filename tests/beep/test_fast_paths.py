@@ -200,11 +200,16 @@ def test_decode_entity_as_before(pieces: list[bytes], tail: bytes) -> None:
 
 
 def test_decode_entity_header_block_limit() -> None:
-    """The one-line fast path keeps the 8 KiB header-block bound."""
-    for size in (8 * 1024 - 17, 8 * 1024 - 16, 8 * 1024 - 15):
-        payload = b"Content-Type: " + b"a" * (size - 14) + b"\r\n\r\nbody"
-        assert _outcome(lambda p=payload: dataclasses.astuple(decode_entity(p))) == \
+    """The one-line fast path keeps the 8 KiB header-block bound: the blank line must end
+    within it (a block of 8188 octets then CRLF CRLF is the longest)."""
+    outcomes = []
+    for block in (8187, 8188, 8189, 8190):
+        payload = b"Content-Type: " + b"a" * (block - 14) + b"\r\n\r\nbody"
+        outcome = _outcome(lambda p=payload: dataclasses.astuple(decode_entity(p)))
+        assert outcome == \
             _outcome(lambda p=payload: dataclasses.astuple(ref_mime.decode_entity(p)))
+        outcomes.append(outcome[0])
+    assert outcomes == ["ok", "ok", "error", "error"]
 
 
 # --- events -------------------------------------------------------------------------------
@@ -453,6 +458,14 @@ _GUARD_CASES: dict[str, tuple[BeepConfig, list[tuple[Any, ...]], str]] = {
         ("send_msg", "client", 1, b"y", "text/plain", "binary"),
         ("inject", "client", _rpy(0, 0, b"a") + _rpy(1, 3, b"b"))],
         "reply to message 1, which was never sent"),
+    "reply interrupts a message": (BeepConfig(), [
+        ("send_msg", "client", 1, b"a", "text/plain", "binary"),
+        ("inject", "client", _msg(0, 0, b"a", more="*") + _rpy(0, 3, b"b"))],
+        "RPY 0 interrupts the unfinished MSG 0"),
+    "NUL behind a reply the window holds back": (BeepConfig(), [
+        ("inject", "server", _msg(0, 0, b"a") + _msg(1, 3, b"b")),
+        ("reply", "server", "send_rpy", 1, 0, b"x" * 5000),
+        ("reply", "server", "send_nul", 1, 1, None)], "RPY 1 0 * 0 4096"),
     "reply window": (BeepConfig(), [
         ("send_msg", "client", 1, b"a", "text/plain", "binary"),
         ("inject", "client", _rpy(0, 0, b"x" * 4200))], "overruns the window"),
