@@ -19,15 +19,25 @@ a "*" frame the next frame on the channel must continue the same message: same k
 msgno), then the msgno rules, then size limits. Any failure is a `RemoteProtocolError` with
 `terminate=True`, because RFC 3080 §2.2.1.1 terminates the session for every poorly-formed frame.
 
-Sending: whole messages are queued FIFO and cut into frames by `next_frame()` as the peer's window
-and the maximum frame size allow (RFC 3081 §3.1.2). FIFO keeps a message's frames contiguous on
-the channel, as RFC 3080 §2.2.1.1 requires.
+`receive_whole()` is the fast path for what almost every frame is: a whole MSG, RPY or ERR in one
+frame, arriving when no message is half-received and, for a reply, answering the oldest MSG that
+has had no reply frame yet. It checks the same rules with the state such a frame leaves nothing
+else to check, and keeps the payload as it is instead of copying it through a reassembly buffer.
+When any check would fail, or the state is not that simple, it returns False without touching
+anything and `receive()` judges the frame (and raises): the errors are written once, there.
+
+Sending: whole messages are queued FIFO and cut into frames by `next_frame_bytes()` as the peer's
+window and the maximum frame size allow (RFC 3081 §3.1.2). FIFO keeps a message's frames contiguous
+on the channel, as RFC 3080 §2.2.1.1 requires. When the caller passes `out` -- saying that it would
+write out whatever the channel can send right after queuing -- a message that would be the only
+one in the queue and fits the window and the frame size whole is written to `out` as its one frame
+at once instead, the frame `next_frame_bytes()` would have made of it.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import NamedTuple
 
@@ -35,8 +45,8 @@ from broker.errors import ReplyCode
 
 from ._config import MAX_NUMBER, BeepConfig
 from ._errors import LocalProtocolError, RemoteProtocolError
-from ._frames import Frame, FrameType
-from ._window import ReceiveWindow, SendWindow
+from ._frames import Frame, FrameType, frame_bytes, whole_frame_bytes
+from ._window import SEQNO_MODULUS, ReceiveWindow, SendWindow
 
 __all__ = ["REPLY_TRANSITIONS", "Channel", "Completed", "ReplyState"]
 
@@ -52,6 +62,10 @@ class ReplyState(Enum):
     IN_ERR = "in ERR"
     #: At least one ANS has been seen; more ANS or the final NUL may follow.
     ANSWERING = "answering"
+
+    # Members are singletons compared by identity, so identity hashing is consistent, and it is
+    # done in C: Enum's own __hash__ is a Python call on every REPLY_TRANSITIONS lookup.
+    __hash__ = object.__hash__
 
 
 _R, _F = ReplyState, FrameType
@@ -87,27 +101,42 @@ class _Outgoing:
     offset: int = 0
 
 
-@dataclass(slots=True)
+# _Outbound and _Inbound are plain classes: one of each is made per MSG sent or received, and a
+# dataclass's __init__ (default factories, keyword defaults) costs more.
+
+
 class _Outbound:
-    reply: ReplyState = ReplyState.AWAITING
-    buffer: bytearray = field(default_factory=bytearray)
-    answers: dict[int, bytearray] = field(default_factory=dict)
+    __slots__ = ("answers", "buffer", "reply")
+
+    def __init__(self) -> None:
+        self.reply = ReplyState.AWAITING
+        self.buffer = bytearray()
+        self.answers: dict[int, bytearray] = {}
 
 
-@dataclass(slots=True)
 class _Inbound:
-    reply: ReplyState = ReplyState.AWAITING
-    done: bool = False
-    next_ansno: int = 0
-    staged: list[_Outgoing] = field(default_factory=list)
+    __slots__ = ("done", "next_ansno", "reply", "staged")
+
+    def __init__(self) -> None:
+        self.reply = ReplyState.AWAITING
+        self.done = False
+        self.next_ansno = 0
+        self.staged: list[_Outgoing] = []
 
 
 def _violation(text: str, code: ReplyCode = ReplyCode.SYNTAX_ERROR) -> RemoteProtocolError:
     return RemoteProtocolError(f"poorly-formed frame: {text}", code=code)
 
 
+_MSG, _ANS, _NUL = FrameType.MSG, FrameType.ANS, FrameType.NUL
+_AWAITING = ReplyState.AWAITING
+
+
 class Channel:
     """State of one open channel (channel zero included)."""
+
+    __slots__ = ("_config", "_inbound", "_last_intermediate", "_msg_partial", "_next_msgno",
+                 "_outbound", "closing", "number", "profile", "queue", "recv", "send")
 
     def __init__(self, number: int, profile: str, config: BeepConfig) -> None:
         self.number = number
@@ -122,7 +151,8 @@ class Channel:
         self._inbound: dict[int, _Inbound] = {}
         self._msg_partial: tuple[int, bytearray] | None = None
         self._last_intermediate: tuple[FrameType, int] | None = None
-        self._queue: deque[_Outgoing] = deque()
+        #: Messages to send, whole, in order; not empty: the channel has frames to write.
+        self.queue: deque[_Outgoing] = deque()
         # Channel zero's msgno 0 is the greeting (RFC 3080 §2.3.1.1), so its MSGs start at 1.
         self._next_msgno = 1 if number == 0 else 0
 
@@ -148,6 +178,43 @@ class Channel:
         if frame.type is FrameType.MSG:
             return self._receive_msg(frame)
         return self._receive_reply(frame)
+
+    def receive_whole(self, ftype: FrameType, msgno: int, seqno: int, payload: bytes) -> bool:
+        """Accept a whole MSG, RPY or ERR in one "." frame if it is the simple case (see the
+        module docstring) and every check passes; else return False having changed nothing.
+
+        Raises:
+            RemoteProtocolError: as `receive()`, only from `_preempted()` (a reply to a MSG of
+                ours not one frame of which went out), at the same point as `receive()`.
+        """
+        recv = self.recv
+        size = len(payload)
+        if self._last_intermediate is not None or seqno != recv.expected or size > recv.remaining:
+            return False
+        config = self._config
+        if size > config.max_message_size:
+            return False
+        if ftype is _MSG:
+            inbound = self._inbound
+            if (self._msg_partial is not None or msgno in inbound
+                    or len(inbound) >= config.max_pending_messages):
+                return False
+            recv.expected = (seqno + size) % SEQNO_MODULUS
+            recv.remaining -= size
+            inbound[msgno] = _Inbound()
+            return True
+        outbound = self._outbound
+        out = outbound.get(msgno)
+        # AWAITING: no frame of this reply yet, so nothing reassembled and no answers; RPY and
+        # ERR then complete it ("." frame). The head test is RFC 3080 §2.6.1's order.
+        if out is None or out.reply is not _AWAITING or next(iter(outbound)) != msgno:
+            return False
+        recv.expected = (seqno + size) % SEQNO_MODULUS
+        recv.remaining -= size
+        if self.queue:
+            self._preempted(msgno)
+        del outbound[msgno]
+        return True
 
     def _check_size(self, held: int, frame: Frame) -> None:
         if held + frame.size > self._config.max_message_size:
@@ -220,7 +287,7 @@ class Channel:
         # Our MSGs leave in msgno order and `msgno` is the oldest unanswered one, so only the
         # first MSG in the queue can be it (replies may sit ahead of it): looking further would
         # make every reply cost the length of a long queue.
-        for item in self._queue:
+        for item in self.queue:
             if item.type is not FrameType.MSG:
                 continue
             if item.msgno != msgno:
@@ -232,8 +299,8 @@ class Channel:
 
     # --- sending --------------------------------------------------------------------------
 
-    def queue_msg(self, payload: bytes) -> int:
-        """Queue a MSG; return its message number."""
+    def queue_msg(self, payload: bytes, out: list[bytes] | None = None) -> int:
+        """Queue a MSG (or write it to `out`, see the module docstring); return its msgno."""
         if self.closing:
             raise LocalProtocolError(f"channel {self.number} is being closed: no more MSGs"
                                      " (RFC 3080 §2.3.1.3)")
@@ -244,7 +311,8 @@ class Channel:
             msgno = (msgno + 1) % (MAX_NUMBER + 1)
         self._next_msgno = (msgno + 1) % (MAX_NUMBER + 1)
         self._outbound[msgno] = _Outbound()
-        self._queue.append(_Outgoing(FrameType.MSG, msgno, payload))
+        if out is None or self.queue or not self._frame_now(_MSG, msgno, payload, out):
+            self.queue.append(_Outgoing(_MSG, msgno, payload))
         return msgno
 
     def queue_greeting(self, ftype: FrameType, payload: bytes) -> None:
@@ -252,10 +320,12 @@ class Channel:
 
         It goes first, ahead of error replies queued to MSGs that arrived before it.
         """
-        self._queue.appendleft(_Outgoing(ftype, 0, payload))
+        self.queue.appendleft(_Outgoing(ftype, 0, payload))
 
-    def queue_reply(self, ftype: FrameType, msgno: int, payload: bytes) -> int | None:
-        """Queue a reply message to the peer's MSG `msgno`; return the ansno of an ANS.
+    def queue_reply(self, ftype: FrameType, msgno: int, payload: bytes,
+                    out: list[bytes] | None = None) -> int | None:
+        """Queue a reply message to the peer's MSG `msgno` (or write it to `out`, see the module
+        docstring); return the ansno of an ANS.
 
         Raises:
             LocalProtocolError: no such MSG awaits a reply, or the keyword is not allowed now.
@@ -268,11 +338,23 @@ class Channel:
             raise LocalProtocolError(f"can't send {ftype} to MSG {msgno}: it is"
                                      f" {inbound.reply.value}")
         ansno = None
-        if ftype is FrameType.ANS:
+        if ftype is _ANS:
             ansno = inbound.next_ansno
             inbound.next_ansno = (ansno + 1) % (MAX_NUMBER + 1)
-        elif ftype is FrameType.NUL:
+        elif ftype is _NUL:
             payload = b""
+        pending = self._inbound
+        if step[1] is None and next(iter(pending)) == msgno:
+            # The whole reply to the oldest MSG (so nothing is staged for it): straight to the
+            # queue, as `_release_replies` would move it, then on to the MSGs after it -- if the
+            # next one has anything staged (else `_release_replies` would stop at once).
+            # (An ANS never gets here: it does not complete the reply.)
+            if out is None or self.queue or not self._frame_now(ftype, msgno, payload, out):
+                self.queue.append(_Outgoing(ftype, msgno, payload, ansno))
+            del pending[msgno]
+            if pending and next(iter(pending.values())).staged:
+                self._release_replies()
+            return ansno
         inbound.staged.append(_Outgoing(ftype, msgno, payload, ansno))
         if step[1] is None:
             inbound.done = True
@@ -284,33 +366,49 @@ class Channel:
     def _release_replies(self) -> None:
         while self._inbound:
             msgno, head = next(iter(self._inbound.items()))
-            self._queue.extend(head.staged)
+            if not head.staged:
+                return  # nothing staged means not done: a done reply is released as it stages
+            self.queue.extend(head.staged)
             head.staged.clear()
             if not head.done:
                 return
             del self._inbound[msgno]
 
-    def next_frame(self) -> Frame | None:
-        """The next frame the peer's window allows, or None."""
-        if not self._queue:
+    def _frame_now(self, ftype: FrameType, msgno: int, payload: bytes, out: list[bytes]) -> bool:
+        # Only for a message that nothing is queued ahead of, and not an ANS:
+        # `next_frame_bytes()` for it, if it makes one "." frame.
+        seqno = self.send.take_whole(len(payload), self._config.max_frame_size)
+        if seqno is None:
+            return False
+        out.append(whole_frame_bytes(ftype, self.number, msgno, seqno, payload))
+        return True
+
+    def next_frame_bytes(self) -> bytes | None:
+        """The next frame the peer's window allows, encoded, or None.
+
+        Its numbers are valid by construction (our msgnos and ansnos, the peer's validated
+        msgnos, the window's seqnos, sizes within `max_frame_size`), so it is encoded without
+        building a checked `Frame`.
+        """
+        if not self.queue:
             return None
-        head = self._queue[0]
-        grant = self.send.take(len(head.payload) - head.offset, self._config.max_frame_size)
+        head = self.queue[0]
+        payload, offset = head.payload, head.offset
+        grant = self.send.take(len(payload) - offset, self._config.max_frame_size)
         if grant is None:
             return None
         seqno, size = grant
-        chunk = head.payload[head.offset : head.offset + size]
-        head.offset += size
-        more = head.offset < len(head.payload)
+        end = offset + size
+        # A whole payload slices to itself (no copy) when it goes out in one frame.
+        chunk = payload[offset:end]
+        head.offset = end
+        more = end < len(payload)
         if not more:
-            self._queue.popleft()
-        return Frame(head.type, self.number, head.msgno, more, seqno, chunk, head.ansno)
+            self.queue.popleft()
+        return frame_bytes(head.type, self.number, head.msgno, seqno, chunk, more=more,
+                           ansno=head.ansno)
 
     # --- questions ------------------------------------------------------------------------
-
-    @property
-    def has_queued(self) -> bool:
-        return bool(self._queue)
 
     def all_acknowledged(self) -> bool:
         """Has every MSG we sent had at least one reply frame (RFC 3080 §2.3.1.3)?"""
@@ -318,12 +416,12 @@ class Channel:
 
     def is_quiescent(self) -> bool:
         """No MSG in flight either way and nothing queued: the channel may be closed."""
-        return not (self._outbound or self._inbound or self._queue or self._msg_partial)
+        return not (self._outbound or self._inbound or self.queue or self._msg_partial)
 
     def unfinished_replies(self) -> list[int]:
         """The peer's MSGs whose reply is not completely written: not (fully) answered yet, or
         answered but still queued behind the peer's window."""
-        queued = [o.msgno for o in self._queue if o.type is not FrameType.MSG]
+        queued = [o.msgno for o in self.queue if o.type is not FrameType.MSG]
         return list(dict.fromkeys([*self._inbound, *queued]))
 
     def awaiting_reply(self, msgno: int) -> bool:

@@ -16,8 +16,24 @@ an `error` element (RFC 3080 §2.3.1.5) and reported with `terminate=False`. Pas
 transport reached end-of-file. Once the session is CLOSED or TERMINATED further bytes are ignored.
 
 Commands raise `LocalProtocolError` when the protocol forbids them, before changing anything.
-Their bytes, and SEQ frames, accumulate until `data_to_send()` collects them (h2's model).
-Frames for different channels go out round-robin (RFC 3081 §3.1.4) as windows allow.
+Their bytes, and SEQ frames, accumulate until `data_to_send()` collects them (h2's model), as a
+list of frames joined once. Frames for different channels go out round-robin (RFC 3081 §3.1.4)
+as windows allow.
+
+`_flush()` runs after every command and every `receive_data()` that may have queued something or
+opened a window, once our greeting is out and until the session is terminated. So whenever a
+command may send (a SENDING state), every channel's queue is empty or held back by the peer's
+window: nothing but the new message can go out. `send_msg()` and the replies rely on that: they
+let the channel write a message that fits whole straight to the output (`out=`), and flush only
+if the channel still has something queued.
+
+The common frame takes a fast path through the layers: `FrameDecoder.next_whole()` hands over a
+whole message in one frame as a tuple, and if the session is in a state where RECV_DATA changes
+nothing (`RECEIVING`) and the frame is for an open profile channel, `Channel.receive_whole()`
+accounts for it; the event is built from the payload directly. Each step that meets anything
+unusual declines without changing state, and the frame then goes the general way (`_on_frame`),
+which checks every rule in order and reports what is wrong. So the fast path decides nothing
+the general one would decide differently; it only skips work the state makes redundant.
 
 Transport security and SASL are tuning profiles the APEX layer drives through `start_channel()` /
 `accept_start()` with piggybacked content; after TLS takes over the transport it calls
@@ -50,7 +66,7 @@ from ._events import (
     SessionClosed,
     message_event,
 )
-from ._frames import Frame, FrameDecoder, FrameType, SeqFrame, encode_frame, encode_seq
+from ._frames import Frame, FrameDecoder, FrameType, SeqFrame, Whole, encode_seq
 from ._management import (
     Close,
     Error,
@@ -70,7 +86,7 @@ from ._mime import (
     encode_entity,
     media_type,
 )
-from ._session import SessionInput, SessionMachine, SessionState
+from ._session import RECEIVING, SENDING, SessionInput, SessionMachine, SessionState
 
 __all__ = ["BeepConnection"]
 
@@ -123,7 +139,7 @@ class BeepConnection:
         self.config = config or BeepConfig()
         self.profiles = tuple(profiles)
         self._decoder = FrameDecoder(self.config.max_frame_size)
-        self._out = bytearray()
+        self._out: list[bytes] = []
         self._machine = SessionMachine()
         #: The peer's greeting, once received.
         self.peer_greeting: GreetingReceived | None = None
@@ -169,8 +185,11 @@ class BeepConnection:
 
     def data_to_send(self) -> bytes:
         """Everything our commands and flow control produced since the last call."""
-        data = bytes(self._out)
-        self._out.clear()
+        out = self._out
+        if not out:
+            return b""
+        data = b"".join(out)  # a single frame is returned as it is, not copied
+        out.clear()
         return data
 
     def receive_data(self, data: bytes) -> list[Event]:
@@ -179,17 +198,38 @@ class BeepConnection:
         Never raises on any content of `data`; see the module docstring.
         """
         events: list[Event] = []
-        if self.state in _TERMINAL:
+        if self._machine.state in _TERMINAL:
             return events
         if not data:
             self._machine.process(SessionInput.TRANSPORT_CLOSED)
             events.append(SessionClosed(clean=False))
             return events
-        self._decoder.feed(data)
-        frame: Frame | SeqFrame | None = None
+        decoder, machine = self._decoder, self._machine
+        decoder.feed(data)
+        # The frame being handled, or the last one when decoding the next fails: the violation
+        # names its channel and msgno.
+        frame: Frame | SeqFrame | Whole | None = None
         try:
-            while self.state not in _TERMINAL:
-                frame = self._decoder.next_frame()
+            while machine.state not in _TERMINAL:
+                whole = decoder.next_whole()
+                if whole is not None:
+                    frame = whole
+                    # The fast path (module docstring), inline: nearly every frame takes it.
+                    # Channel zero's messages are management, with their own checks.
+                    ftype, number, msgno, seqno, payload = whole
+                    target = self._channels.get(number) \
+                        if number and machine.state in RECEIVING else None
+                    if target is not None and target.receive_whole(ftype, msgno, seqno, payload):
+                        events.append(message_event(number, ftype, msgno, payload))
+                        if self._greeting_sent:  # `_window_update`, for a live channel
+                            due = target.recv.update_due()
+                            if due is not None:
+                                self._out.append(encode_seq(SeqFrame(number, *due)))
+                        continue
+                    frame = Frame(ftype, number, msgno, False, seqno, payload)
+                    self._on_frame(frame, events)
+                    continue
+                frame = decoder.next_frame()
                 if frame is None:
                     break
                 if isinstance(frame, SeqFrame):
@@ -200,9 +240,14 @@ class BeepConnection:
             # Local errors here mean the peer drove us somewhere the tables forbid: still the
             # peer's fault (h11 re-raises them as remote).
             self._machine.process(SessionInput.PROTOCOL_ERROR)
-            channel = frame.channel if frame is not None else None
-            msgno = frame.msgno if isinstance(frame, Frame) else None
-            events.append(ProtocolViolation(int(exc.code), exc.message, True, channel, msgno))
+            where: int | None
+            what: int | None
+            if isinstance(frame, tuple):
+                where, what = frame[1], frame[2]
+            else:
+                where = frame.channel if frame is not None else None
+                what = frame.msgno if isinstance(frame, Frame) else None
+            events.append(ProtocolViolation(int(exc.code), exc.message, True, where, what))
             return events
         self._flush()
         return events
@@ -234,7 +279,8 @@ class BeepConnection:
             if frame.channel == 0:
                 self._on_management(completed, events)
             else:
-                events.append(message_event(frame.channel, completed))
+                events.append(message_event(frame.channel, completed.type, completed.msgno,
+                                            completed.payload, completed.ansno))
         self._window_update(frame.channel)
 
     def _window_update(self, number: int) -> None:
@@ -245,7 +291,7 @@ class BeepConnection:
         if due is not None:
             # RFC 3081 §3.1.4: "SEQ frames for a channel must have higher priority than
             # messages for that channel" -- written at once, ahead of queued data.
-            self._out += encode_seq(SeqFrame(number, *due))
+            self._out.append(encode_seq(SeqFrame(number, *due)))
 
     def _parse_xml(self, payload: bytes) -> ManagementMessage:
         entity = decode_entity(payload)
@@ -519,11 +565,15 @@ class BeepConnection:
     def send_msg(self, channel: int, body: bytes, content_type: str = DEFAULT_CONTENT_TYPE,
                  transfer_encoding: str = DEFAULT_TRANSFER_ENCODING) -> int:
         """Send a MSG on a profile channel; return its message number."""
-        self._require_open("send a MSG")
-        target = self._user_channel(channel)
+        if self._machine.state is not SessionState.OPEN:  # `_require_open`, once per MSG
+            self._require_open("send a MSG")
+        target = self._channels.get(channel) if channel else None
+        if target is None:
+            target = self._user_channel(channel)  # raises, saying why
         payload = encode_entity(body, content_type, transfer_encoding)
-        msgno = target.queue_msg(payload)
-        self._flush()
+        msgno = target.queue_msg(payload, self._out if self._greeting_sent else None)
+        if target.queue:  # else it went out whole (see the module docstring)
+            self._flush()
         return msgno
 
     def send_rpy(self, channel: int, msgno: int, body: bytes,
@@ -556,11 +606,15 @@ class BeepConnection:
     # --- helpers --------------------------------------------------------------------------
 
     def _reply(self, channel: int, ftype: FrameType, msgno: int, payload: bytes) -> int | None:
-        target = self._user_channel(channel)
-        if not self._machine.allows(SessionInput.SEND_DATA):
+        target = self._channels.get(channel) if channel else None
+        if target is None:
+            target = self._user_channel(channel)  # raises, saying why
+        if self._machine.state not in SENDING:
             raise LocalProtocolError(f"can't reply when the session is {self.state.value}")
-        ansno = target.queue_reply(ftype, msgno, payload)
-        self._flush()
+        ansno = target.queue_reply(ftype, msgno, payload,
+                                   self._out if self._greeting_sent else None)
+        if target.queue:  # else it went out whole or waits for earlier replies
+            self._flush()
         return ansno
 
     def _reply_error(self, msgno: int, code: int, text: str) -> None:
@@ -616,14 +670,26 @@ class BeepConnection:
         """Move frames the windows allow into the output, one per channel per round."""
         # Nothing precedes our greeting (RFC 3080 §2.3.1.1), and a terminated session sends
         # nothing more (§2.2.1.1) -- except the refusal and the final ok that end it.
-        if not force and (not self._greeting_sent or self.state is SessionState.TERMINATED):
+        if not force and (not self._greeting_sent
+                          or self._machine.state is SessionState.TERMINATED):
             return
-        busy = [c for c in self._channels.values() if c.has_queued]
+        # A plain loop, not a comprehension: this runs after every command and every read.
+        busy = []
+        for channel in self._channels.values():
+            if channel.queue:
+                busy.append(channel)
+        out = self._out
+        if len(busy) == 1:
+            # The usual case, one busy channel: the round robin is draining it.
+            channel = busy[0]
+            while channel.queue and (frame := channel.next_frame_bytes()) is not None:
+                out.append(frame)
+            return
         while busy:
             still = []
             for channel in busy:
-                frame = channel.next_frame()
+                frame = channel.next_frame_bytes()
                 if frame is not None:
-                    self._out += encode_frame(frame)
+                    out.append(frame)
                     still.append(channel)
             busy = still

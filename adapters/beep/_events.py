@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._channel import Completed
 from ._errors import RemoteProtocolError
 from ._frames import FrameType
 from ._management import Profile
-from ._mime import decode_entity
+from ._mime import decode_fields
 
 __all__ = [
     "AnswerReceived",
@@ -311,25 +310,62 @@ class SaslFailed(Event):
     user: str | None = None
 
 
-def message_event(number: int, done: Completed) -> Event:
-    """The event for a whole message received on profile channel `number`."""
-    if done.type is FrameType.NUL:
-        return AnswersComplete(number, done.msgno)
-    try:
-        entity = decode_entity(done.payload)
-    except RemoteProtocolError as exc:
-        # RFC 3080 §2.2.2.1: the profile answers a poorly-formed MSG; a poorly-formed reply
-        # on a channel other than zero obliges the application to close that channel.
-        what = "MSG: answer it with ERR" if done.type is FrameType.MSG else \
-            "reply: close the channel (RFC 3080 §2.2.2.1)"
-        return ProtocolViolation(int(exc.code), f"{exc.message} in a {what}", False,
-                                 number, done.msgno)
-    ctype, body = entity.content_type, entity.body
-    if done.type is FrameType.MSG:
-        return MessageReceived(number, done.msgno, ctype, body, entity.transfer_encoding)
-    if done.type is FrameType.RPY:
-        return ReplyReceived(number, done.msgno, ctype, body)
-    if done.type is FrameType.ERR:
-        return ErrorReplyReceived(number, done.msgno, ctype, body)
-    assert done.ansno is not None
-    return AnswerReceived(number, done.msgno, done.ansno, ctype, body)
+_MSG, _RPY, _ERR, _NUL = FrameType.MSG, FrameType.RPY, FrameType.ERR, FrameType.NUL
+
+# The two events of every exchange are put together from their slots: a frozen dataclass's
+# __init__ goes through object.__setattr__ once per field, which costs twice as much. The result
+# is the same object (there is no __post_init__ to skip; checked below) and stays frozen.
+_new = object.__new__
+_set_mr_channel, _set_mr_msgno, _set_mr_type, _set_mr_body, _set_mr_encoding = (
+    MessageReceived.__dict__[name].__set__
+    for name in ("channel", "msgno", "content_type", "body", "transfer_encoding"))
+_set_rr_channel, _set_rr_msgno, _set_rr_type, _set_rr_body = (
+    ReplyReceived.__dict__[name].__set__ for name in ("channel", "msgno", "content_type", "body"))
+assert not hasattr(MessageReceived, "__post_init__")
+assert not hasattr(ReplyReceived, "__post_init__")
+
+
+def _message_received(channel: int, msgno: int, content_type: str, body: bytes,
+                      transfer_encoding: str) -> MessageReceived:
+    event: MessageReceived = _new(MessageReceived)
+    _set_mr_channel(event, channel)
+    _set_mr_msgno(event, msgno)
+    _set_mr_type(event, content_type)
+    _set_mr_body(event, body)
+    _set_mr_encoding(event, transfer_encoding)
+    return event
+
+
+def _reply_received(channel: int, msgno: int, content_type: str, body: bytes) -> ReplyReceived:
+    event: ReplyReceived = _new(ReplyReceived)
+    _set_rr_channel(event, channel)
+    _set_rr_msgno(event, msgno)
+    _set_rr_type(event, content_type)
+    _set_rr_body(event, body)
+    return event
+
+
+def message_event(number: int, ftype: FrameType, msgno: int, payload: bytes,
+                  ansno: int | None = None) -> Event:
+    """The event for a whole message received on profile channel `number` (a channel's
+    `Completed`, or a frame its fast path took whole), by type: the commonest first."""
+    if ftype is not _NUL:
+        try:
+            content_type, transfer_encoding, body, _ = decode_fields(payload)
+        except RemoteProtocolError as exc:
+            # RFC 3080 §2.2.2.1: the profile answers a poorly-formed MSG; a poorly-formed reply
+            # on a channel other than zero obliges the application to close that channel.
+            what = "MSG: answer it with ERR" if ftype is _MSG else \
+                "reply: close the channel (RFC 3080 §2.2.2.1)"
+            return ProtocolViolation(int(exc.code), f"{exc.message} in a {what}", False,
+                                     number, msgno)
+        if ftype is _MSG:
+            return _message_received(number, msgno, content_type, body, transfer_encoding)
+        if ftype is _RPY:
+            return _reply_received(number, msgno, content_type, body)
+        if ftype is _ERR:
+            return ErrorReplyReceived(number, msgno, content_type, body)
+        assert ansno is not None
+        return AnswerReceived(number, msgno, ansno, content_type, body)
+    return AnswersComplete(number, msgno)
+

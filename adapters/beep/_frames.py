@@ -5,7 +5,16 @@ Theory of operation
 `FrameDecoder` owns the receive buffer. `feed()` appends bytes; `next_frame()` returns one
 `Frame` or `SeqFrame`, or None when it needs more bytes (h11's reader convention). It never
 returns a partial frame and never copies the buffer per call: it keeps a read position and compacts
-only when it runs dry, so a burst of frames is decoded in linear time.
+only when it runs dry, so a burst of frames is decoded in linear time. When it has run dry, `feed()`
+adopts the caller's bytes object instead of copying it, so each payload is one slice of what the
+transport read; only a frame left incomplete is copied, into a growing bytearray.
+
+The common frame -- a whole message in one frame: a "." MSG, RPY or ERR, payload and trailer
+already buffered -- has a fast path, `next_whole()`: one regular-expression match of a header that
+cannot be anything else, four `int()` conversions and the range checks, returned as a plain tuple
+(a `Frame` costs more to build than the parse). Anything else, or anything wrong with such a
+frame, makes it return None having consumed nothing, and `next_frame()` then decodes the same
+octets and raises the error, so every rule below is enforced in exactly one place.
 
 The header grammar is exact (RFC 3080 §2.2.1):
 
@@ -49,8 +58,11 @@ __all__ = [
     "FrameDecoder",
     "FrameType",
     "SeqFrame",
+    "Whole",
     "encode_frame",
     "encode_seq",
+    "frame_bytes",
+    "whole_frame_bytes",
 ]
 
 #: Largest sequence and acknowledgement number (RFC 3080 §2.2.1.2: arithmetic is modulo 2**32).
@@ -125,13 +137,38 @@ class SeqFrame:
             raise ValueError("window must be in 0..2147483647")
 
 
+#: `(type, channel, msgno, seqno, payload)` of a whole message in one frame: what
+#: `FrameDecoder.next_whole()` returns, already checked like a `Frame` (and "." implied).
+Whole = tuple[FrameType, int, int, int, bytes]
+
+
 def encode_frame(frame: Frame) -> bytes:
     """The wire form of a data frame: header, payload, trailer."""
-    more = "*" if frame.more else "."
-    header = f"{frame.type} {frame.channel} {frame.msgno} {more} {frame.seqno} {len(frame.payload)}"
-    if frame.ansno is not None:
-        header = f"{header} {frame.ansno}"
-    return b"".join((header.encode("ascii"), b"\r\n", frame.payload, TRAILER))
+    return frame_bytes(frame.type, frame.channel, frame.msgno, frame.seqno, frame.payload,
+                       more=frame.more, ansno=frame.ansno)
+
+
+def frame_bytes(ftype: FrameType, channel: int, msgno: int, seqno: int, payload: bytes, *,
+                more: bool, ansno: int | None) -> bytes:
+    """`encode_frame()` without building a `Frame`: for a sender whose values are valid by
+    construction (a channel's own numbering and window), which would pay for checks that can't
+    fail. The header is one bytes formatting and the frame one join: the payload is copied once."""
+    keyword = _KEYWORD_BYTES[ftype]
+    if ansno is None:
+        header = b"%s %d %d %s %d %d\r\n" % (keyword, channel, msgno, b"*" if more else b".",
+                                              seqno, len(payload))
+    else:
+        header = b"%s %d %d %s %d %d %d\r\n" % (keyword, channel, msgno, b"*" if more else b".",
+                                                 seqno, len(payload), ansno)
+    return b"".join((header, payload, TRAILER))
+
+
+def whole_frame_bytes(ftype: FrameType, channel: int, msgno: int, seqno: int,
+                      payload: bytes) -> bytes:
+    """`frame_bytes()` of a "." frame without an answer number: a whole MSG, RPY, ERR or NUL,
+    the frame nearly every message is sent as."""
+    return b"".join((b"%s %d %d . %d %d\r\n" % (_KEYWORD_BYTES[ftype], channel, msgno, seqno,
+                                                 len(payload)), payload, TRAILER))
 
 
 def encode_seq(seq: SeqFrame) -> bytes:
@@ -145,8 +182,16 @@ _DATA_HEADER = re.compile(
     + rb"(?: " + _NUM + rb")?\r\n"
 )
 _SEQ_HEADER = re.compile(rb"SEQ " + _NUM + b" " + _NUM + b" " + _NUM + rb"\r\n")
+# The header `next_whole()` takes: a "." MSG/RPY/ERR (no answer number, no NUL rule). Whatever
+# it matches, `_DATA_HEADER` matches the same way within MAX_HEADER_LENGTH. Channel, msgno and
+# size are held to nine digits, below 2**31 with no range check; larger ones (legal up to
+# 2147483647) take the general path.
+_NUM9 = rb"(0|[1-9][0-9]{0,8})"
+_WHOLE_HEADER = re.compile(
+    rb"(MSG|RPY|ERR) " + _NUM9 + b" " + _NUM9 + rb" \. " + _NUM + b" " + _NUM9 + rb"\r\n")
 _KEYWORDS = (b"MSG ", b"RPY ", b"ERR ", b"ANS ", b"NUL ", b"SEQ ")
 _TYPES = {t.value.encode("ascii"): t for t in FrameType}
+_KEYWORD_BYTES = {t: k for k, t in _TYPES.items()}
 
 
 def _poorly_formed(text: str) -> RemoteProtocolError:
@@ -156,9 +201,13 @@ def _poorly_formed(text: str) -> RemoteProtocolError:
 class FrameDecoder:
     """Incremental decoder: `feed(bytes)`, then `next_frame()` until it returns None."""
 
+    __slots__ = ("_buffer", "_pos", "max_frame_size")
+
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         self.max_frame_size = max_frame_size
-        self._buffer = bytearray()
+        # bytes while it holds one adopted read; a bytearray once an incomplete frame waits for
+        # more (see the module docstring).
+        self._buffer: bytes | bytearray = b""
         self._pos = 0
 
     @property
@@ -167,14 +216,44 @@ class FrameDecoder:
         return len(self._buffer) - self._pos
 
     def feed(self, data: bytes) -> None:
-        self._buffer += data
+        buf = self._buffer
+        if self._pos == len(buf):
+            # Nothing pending: adopt the read itself (`bytes()` of a bytes object is that
+            # object; anything mutable is copied once, so the caller may reuse it).
+            self._buffer = bytes(data)
+            self._pos = 0
+        elif isinstance(buf, bytes):
+            self._buffer = bytearray(buf[self._pos :]) + data
+            self._pos = 0
+        else:
+            buf += data
 
     def take_buffer(self) -> bytes:
         """Remove and return whatever is buffered (after a tuning reset it is not BEEP any more)."""
         rest = bytes(self._buffer[self._pos :])
-        self._buffer.clear()
+        self._buffer = b""
         self._pos = 0
         return rest
+
+    def next_whole(self) -> Whole | None:
+        """The next frame if it is a whole message -- a "." MSG, RPY or ERR, completely buffered
+        and well formed -- as `(type, channel, msgno, seqno, payload)`; else None, having
+        consumed nothing: call `next_frame()`, which decodes it or says what is wrong."""
+        buf = self._buffer
+        match = _WHOLE_HEADER.match(buf, self._pos)
+        if match is None:
+            return None
+        keyword, channel_s, msgno_s, seqno_s, size_s = match.groups()
+        channel, msgno, seqno, size = int(channel_s), int(msgno_s), int(seqno_s), int(size_s)
+        start = match.end()
+        trailer_at = start + size
+        if (seqno > MAX_SEQNO or size > self.max_frame_size
+                or not buf.startswith(TRAILER, trailer_at)):
+            return None
+        self._pos = trailer_at + len(TRAILER)
+        payload = buf[start:trailer_at]
+        return (_TYPES[keyword], channel, msgno, seqno,
+                payload if type(payload) is bytes else bytes(payload))
 
     def next_frame(self) -> Frame | SeqFrame | None:
         """The next complete frame, or None if more bytes are needed.
@@ -183,6 +262,10 @@ class FrameDecoder:
             RemoteProtocolError: the bytes are not a well-formed frame (always `terminate=True`).
         """
         buf, pos = self._buffer, self._pos
+        if pos == len(buf):
+            self._buffer = b""  # drained: let `feed()` adopt the next read
+            self._pos = 0
+            return None
         end = buf.find(b"\r\n", pos, pos + MAX_HEADER_LENGTH)
         if end < 0:
             self._check_partial_header()
@@ -229,7 +312,7 @@ class FrameDecoder:
             self._check_partial_trailer(trailer_at)
             self._compact()
             return None
-        if buf[trailer_at : trailer_at + len(TRAILER)] != TRAILER:
+        if not buf.startswith(TRAILER, trailer_at):
             raise _poorly_formed("payload not followed by END CRLF (size mismatch or bad trailer)")
         payload = bytes(buf[line_end:trailer_at])
         self._pos = trailer_at + len(TRAILER)
@@ -250,6 +333,11 @@ class FrameDecoder:
             raise _poorly_formed("payload not followed by END CRLF (size mismatch or bad trailer)")
 
     def _compact(self) -> None:
-        if self._pos:
-            del self._buffer[: self._pos]
+        # An incomplete frame stays; it moves into a bytearray that later reads extend in place.
+        buf = self._buffer
+        if isinstance(buf, bytes):
+            self._buffer = bytearray(buf[self._pos :])
+            self._pos = 0
+        elif self._pos:
+            del buf[: self._pos]
             self._pos = 0

@@ -9,6 +9,12 @@ defaults. Channel zero always carries `application/beep+xml` (RFC 3080 §6.4).
 Decoding is bounded (`MAX_HEADER_BLOCK_SIZE`) and strict about structure (header lines are
 `name: value`, folded continuation lines are joined) but not about which headers appear: unknown
 headers are kept for the profile to judge. Content-Transfer-Encoding is reported, not applied.
+
+Both directions run once per message, so each has a shortcut that gives the same result as the
+general code: decoding matches the usual header block -- one `Content-Type:` line -- with one
+regular expression; encoding keeps the header blocks of the parameterless content types it has
+seen (a bounded table: a few, like `application/beep+xml`, are used again and again) and writes
+the one `Content-Type` line of any other without the general loop.
 """
 
 from __future__ import annotations
@@ -25,8 +31,10 @@ __all__ = [
     "DEFAULT_CONTENT_TYPE",
     "DEFAULT_TRANSFER_ENCODING",
     "MAX_HEADER_BLOCK_SIZE",
+    "EntityFields",
     "MimeEntity",
     "decode_entity",
+    "decode_fields",
     "encode_entity",
     "media_type",
 ]
@@ -43,6 +51,17 @@ MAX_HEADER_BLOCK_SIZE = 8 * 1024
 
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _SAFE_VALUE = re.compile(r"[\x20-\x7e\t]*")
+# The same octets, for `bytes.translate` to delete: what is left over is not a safe value.
+_SAFE_OCTETS = bytes(range(0x20, 0x7F)) + b"\t"
+_DEFAULT_CONTENT_TYPE_OCTETS = DEFAULT_CONTENT_TYPE.encode("ascii")
+# A header block that is one `Content-Type:` line: the value can't hold a CR, so the first CRLF
+# CRLF is the one after it, and the value is what `_SAFE_VALUE` accepts.
+_ONLY_CONTENT_TYPE = re.compile(rb"Content-Type:([\x20-\x7e\t]*)\r\n\r\n")
+#: Content types (with transfer encodings) whose encoded header block `encode_entity` keeps.
+#: Only types without parameters are kept -- parameters are where per-message values live (a
+#: multipart boundary) -- and no more than this many.
+_HEADER_CACHE_SIZE = 64
+_header_cache: dict[tuple[str, str], bytes] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +86,29 @@ def encode_entity(
     transfer_encoding: str = DEFAULT_TRANSFER_ENCODING,
 ) -> bytes:
     """The payload of a message: headers for the non-default values, CRLF, body."""
+    head = _header_cache.get((content_type, transfer_encoding))
+    if head is not None:
+        return head + body
+    if (transfer_encoding == DEFAULT_TRANSFER_ENCODING and type(content_type) is str
+            and content_type.isascii()):
+        # What `_header_block` makes of a non-default content type, without its loop and its
+        # regular expression (`translate` leaves what `_SAFE_VALUE` would not match): the one
+        # header it writes. Anything else goes there.
+        raw = content_type.encode("ascii")
+        if raw and not raw.translate(None, _SAFE_OCTETS) and (
+                len(raw) != len(_DEFAULT_CONTENT_TYPE_OCTETS)  # a lower() copy spared
+                or raw.lower() != _DEFAULT_CONTENT_TYPE_OCTETS):
+            if ";" in content_type:  # not kept (see _HEADER_CACHE_SIZE): one join, one copy
+                return b"".join((b"Content-Type: ", raw, b"\r\n\r\n", body))
+            head = b"Content-Type: " + raw + b"\r\n\r\n"
+    if head is None:
+        head = _header_block(content_type, transfer_encoding)  # raises for a bad value
+    if ";" not in content_type and len(_header_cache) < _HEADER_CACHE_SIZE:
+        _header_cache[(content_type, transfer_encoding)] = head
+    return head + body
+
+
+def _header_block(content_type: str, transfer_encoding: str) -> bytes:
     headers = []
     for name, value, default in (
         ("Content-Type", content_type, DEFAULT_CONTENT_TYPE),
@@ -76,7 +118,7 @@ def encode_entity(
             raise LocalProtocolError(f"{name} {value!r} is empty or not printable ASCII")
         if value.lower() != default:
             headers.append(f"{name}: {value}\r\n")
-    return "".join(headers).encode("ascii") + b"\r\n" + body
+    return "".join(headers).encode("ascii") + b"\r\n"
 
 
 def _malformed(text: str) -> RemoteProtocolError:
@@ -86,6 +128,10 @@ def _malformed(text: str) -> RemoteProtocolError:
                                terminate=False)
 
 
+#: `MimeEntity`'s fields in order, as `decode_fields()` returns them.
+EntityFields = tuple[str, str, bytes, tuple[tuple[str, str], ...]]
+
+
 def decode_entity(payload: bytes) -> MimeEntity:
     """Split a message into headers and body.
 
@@ -93,8 +139,21 @@ def decode_entity(payload: bytes) -> MimeEntity:
         RemoteProtocolError: no blank line ends the headers within `MAX_HEADER_BLOCK_SIZE`, or a
             header line is malformed (`terminate=False`: the caller decides).
     """
+    return MimeEntity(*decode_fields(payload))
+
+
+def decode_fields(payload: bytes) -> EntityFields:
+    """`decode_entity()` as a plain tuple, for the once-per-message path: building a frozen
+    `MimeEntity` would cost as much as the parse. Raises as `decode_entity()`."""
     if payload.startswith(b"\r\n"):
-        return MimeEntity(DEFAULT_CONTENT_TYPE, DEFAULT_TRANSFER_ENCODING, payload[2:])
+        return DEFAULT_CONTENT_TYPE, DEFAULT_TRANSFER_ENCODING, payload[2:], ()
+    only = _ONLY_CONTENT_TYPE.match(payload)
+    if only is not None:
+        end = only.end()
+        if end <= MAX_HEADER_BLOCK_SIZE:
+            # What the loop below makes of this block: one header, stripped, binary by default.
+            value = only.group(1).decode("ascii").strip()
+            return value, DEFAULT_TRANSFER_ENCODING, payload[end:], (("Content-Type", value),)
     end = payload.find(b"\r\n\r\n", 0, MAX_HEADER_BLOCK_SIZE)
     if end < 0:
         raise _malformed("no empty line ends the entity headers")
@@ -120,4 +179,4 @@ def decode_entity(payload: bytes) -> MimeEntity:
             content_type = value
         elif lowered == "content-transfer-encoding":
             transfer_encoding = value.lower()
-    return MimeEntity(content_type, transfer_encoding, payload[end + 4 :], tuple(headers))
+    return content_type, transfer_encoding, payload[end + 4 :], tuple(headers)

@@ -21,7 +21,7 @@ from enum import Enum
 
 from ._errors import LocalProtocolError
 
-__all__ = ["TRANSITIONS", "SessionInput", "SessionMachine", "SessionState"]
+__all__ = ["RECEIVING", "SENDING", "TRANSITIONS", "SessionInput", "SessionMachine", "SessionState"]
 
 
 class SessionState(Enum):
@@ -41,6 +41,10 @@ class SessionState(Enum):
     CLOSED = "closed"
     #: Aborted: protocol violation, refused greeting or lost transport (terminal).
     TERMINATED = "terminated"
+
+    # Identity hashing (members are singletons compared by identity) runs in C; Enum's own
+    # __hash__ is a Python call on every TRANSITIONS lookup.
+    __hash__ = object.__hash__
 
 
 class SessionInput(Enum):
@@ -62,6 +66,8 @@ class SessionInput(Enum):
     PROTOCOL_ERROR = "protocol error"
     TRANSPORT_CLOSED = "transport closed"
     TUNING_RESET = "tuning reset"
+
+    __hash__ = object.__hash__  # as SessionState's
 
 
 _S, _I = SessionState, SessionInput
@@ -100,9 +106,19 @@ for _state in _LIVE:
     # RFC 3080 §3: after transport security negotiation "a new greeting is issued by both".
     TRANSITIONS[(_state, _I.TUNING_RESET)] = _S.AWAITING_GREETINGS
 
+#: The states in which a data frame from the peer is welcome and changes nothing: RECV_DATA
+#: leads back to the same state. Read off the table, so that the connection's per-frame fast
+#: path can skip `process(RECV_DATA)` without deciding anything the table does not say.
+RECEIVING = frozenset(s for s in SessionState if TRANSITIONS.get((s, _I.RECV_DATA)) is s)
+#: The states that allow SEND_DATA (`allows()`), read off the table as well: what the
+#: connection checks once per reply it sends.
+SENDING = frozenset(s for s in SessionState if (s, _I.SEND_DATA) in TRANSITIONS)
+
 
 class SessionMachine:
     """The current `SessionState`, moved only through `TRANSITIONS`."""
+
+    __slots__ = ("state",)
 
     def __init__(self) -> None:
         self.state = SessionState.AWAITING_GREETINGS

@@ -49,18 +49,18 @@ def serial_distance(start: int, end: int) -> int:
 class ReceiveWindow:
     """Our side of one channel's inbound flow: what we expect and what we have advertised."""
 
+    __slots__ = ("_half", "expected", "remaining", "size")
+
     def __init__(self, size: int = DEFAULT_WINDOW_SIZE) -> None:
         #: The buffer space we allot to the channel; what each SEQ advertises.
         self.size = size
+        self._half = size // 2
         #: Sequence number of the next octet we expect (the ackno of our next SEQ).
         self.expected = 0
-        # Right edge: the peer may send octets up to, not including, this seqno.
-        self._edge = INITIAL_WINDOW
-
-    @property
-    def remaining(self) -> int:
-        """Octets the peer may still send before our next SEQ."""
-        return serial_distance(self.expected, self._edge)
+        #: Octets the peer may still send before our next SEQ. Kept as a count rather than as
+        #: the right edge because every frame reads it: no modular arithmetic per frame. It never
+        #: goes negative (an overrun is refused), so it is the serial distance to the edge.
+        self.remaining = INITIAL_WINDOW
 
     def receive(self, seqno: int, size: int) -> None:
         """Account for an incoming frame of `size` payload octets starting at `seqno`.
@@ -79,7 +79,8 @@ class ReceiveWindow:
                 " RFC 3081 §3.1)",
                 code=ReplyCode.TRANSACTION_FAILED,
             )
-        self.expected = (self.expected + size) % SEQNO_MODULUS
+        self.expected = (seqno + size) % SEQNO_MODULUS
+        self.remaining -= size
 
     def update_due(self) -> tuple[int, int] | None:
         """`(ackno, window)` for a SEQ frame if one is due now (and record it as sent).
@@ -87,14 +88,16 @@ class ReceiveWindow:
         With a buffer larger than the initial 4096 this is due at once, which is how a bigger
         window is announced after channel creation (RFC 3081 §3.1.1).
         """
-        if self.remaining > self.size // 2:
+        if self.remaining > self._half:
             return None
-        self._edge = (self.expected + self.size) % SEQNO_MODULUS
+        self.remaining = self.size
         return self.expected, self.size
 
 
 class SendWindow:
     """Our side of one channel's outbound flow: what we sent and what the peer allows."""
+
+    __slots__ = ("_acked", "_edge", "next_seqno")
 
     def __init__(self) -> None:
         #: Sequence number of the next octet we send.
@@ -126,13 +129,32 @@ class SendWindow:
         self._acked = ackno
         self._edge = (ackno + window) % SEQNO_MODULUS
 
+    def take_whole(self, size: int, max_frame_size: int) -> int | None:
+        """`take(size, max_frame_size)` if it would grant all of `size`: the seqno. Else None,
+        reserving nothing (a message that does not fit whole is queued and cut by `take()`)."""
+        if size > max_frame_size:
+            return None
+        seqno = self.next_seqno
+        if size:  # an empty fragment needs no window
+            available = (self._edge - seqno) % SEQNO_MODULUS
+            if available >= _HALF or size > available:
+                return None
+        self.next_seqno = (seqno + size) % SEQNO_MODULUS
+        return seqno
+
     def take(self, wanted: int, max_frame_size: int) -> tuple[int, int] | None:
         """Reserve the next fragment: `(seqno, size)`, or None if the window is closed.
 
         `size` is `min(wanted, available, max_frame_size)`; an empty fragment (a NUL, or the
         empty final "." frame of RFC 3080 §2.6.3) needs no window and is always granted.
         """
-        size = min(wanted, self.available, max_frame_size)
+        # `available`, inlined: this runs for every frame we send.
+        size = (self._edge - self.next_seqno) % SEQNO_MODULUS
+        if size >= _HALF:
+            size = 0
+        # min(wanted, available, max_frame_size), without the call
+        size = wanted if wanted < size else size
+        size = max_frame_size if max_frame_size < size else size
         if size == 0 and wanted > 0:
             return None
         seqno = self.next_seqno
