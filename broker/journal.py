@@ -128,6 +128,8 @@ class _SourceState:
     seq: int = 0  # last durable seq
     position: Position | None = None
     indexed_bucket: int = -1
+    #: the offset `_index` holds for `indexed_bucket` (the lowest seen of a record in it)
+    indexed_offset: int = -1
     dirty: bool = False
     pubseq: int = 0  # highest durable publisher seq
     pub_failed: set[int] = field(default_factory=set)
@@ -395,13 +397,17 @@ class Journal:
                 pos = _tuple_new(Position, (part, off))
                 add(_tuple_new(Appended, (source, seq, pos)))
                 st = durable.get(source)
-                # The common case inline; a new source or bucket takes the full path.
-                if st is None or seq // SEQ_BUCKET > st.indexed_bucket:
+                # The common case inline: the newest record of the bucket already indexed.
+                # A new source or bucket, and a report that comes after a later record's
+                # (two threads serving reports: the poll thread and a flush()), take the
+                # full path, which keeps the index at each bucket's lowest offset.
+                if st is None or seq // SEQ_BUCKET != st.indexed_bucket or seq < st.seq \
+                        or off < st.indexed_offset:
                     on_durable(source, seq, pos, pubseq)
                     continue
                 if pubseq is not None:
                     st.publisher_durable(pubseq)
-                st.seq = max(st.seq, seq)
+                st.seq = seq
                 st.position = pos
                 st.dirty = True
                 if off > hw.get(part, -1):
@@ -447,14 +453,20 @@ class Journal:
             st = self._durable[source] = _SourceState()
         if pubseq is not None:
             st.publisher_durable(pubseq)
-        st.seq = max(st.seq, seq)
-        st.position = pos
+        if seq >= st.seq:  # the position of the highest durable seq, whatever order reports
+            st.seq, st.position = seq, pos  # come in
         st.dirty = True
+        # Each bucket's entry is the lowest offset of a record in it (read_source starts
+        # there). Delivery reports can come out of order when a flush() serves some while the
+        # poll thread serves others, so the first report of a bucket need not be its lowest.
         bucket = seq // SEQ_BUCKET
-        if bucket > st.indexed_bucket:
-            st.indexed_bucket = bucket
-            self._index.setdefault(source, {})[bucket] = pos
+        index = self._index.setdefault(source, {})
+        known = index.get(bucket)
+        if known is None or pos.offset < known.offset:
+            index[bucket] = pos
             self._write_checkpoint(f"{source}\x00{bucket}", source, seq, pos)
+        if bucket >= st.indexed_bucket:
+            st.indexed_bucket, st.indexed_offset = bucket, index[bucket].offset
         if pos.offset > self._partition_hw.get(pos.partition, -1):
             self._partition_hw[pos.partition] = pos.offset
         self._checkpoints.changed()
@@ -546,7 +558,9 @@ class Journal:
                     st.pubseq = max(st.pubseq, cp["publisher_seq"])
                     st.pub_failed = set(cp["publisher_failed"])
         for src, buckets in self._index.items():
-            self._durable.setdefault(src, _SourceState()).indexed_bucket = max(buckets)
+            st = self._durable.setdefault(src, _SourceState())
+            st.indexed_bucket = max(buckets)
+            st.indexed_offset = buckets[st.indexed_bucket].offset
         holes: list[tuple[str, str, int, int]] = []
         # source -> (pubseqs of DATA, pubseqs of failed appends' GAPs) anywhere in the tail. A
         # GAP with a pubseq is in the tail only if no marker passed the failure, so the resend
@@ -573,8 +587,8 @@ class Journal:
                     holes.append((entry.source, entry.topic, st.seq + 1, entry.source_seq - 1))
                 st.seq, st.position, st.dirty = entry.last_seq, rec.position, True
                 bucket = entry.source_seq // SEQ_BUCKET
-                if bucket > st.indexed_bucket:
-                    st.indexed_bucket = bucket
+                if bucket > st.indexed_bucket:  # the scan goes in offset order: first is lowest
+                    st.indexed_bucket, st.indexed_offset = bucket, rec.position.offset
                     self._index.setdefault(entry.source, {})[bucket] = rec.position
                     self._write_checkpoint(f"{entry.source}\x00{bucket}", entry.source,
                                            entry.source_seq, rec.position)

@@ -212,3 +212,26 @@ def test_batched_appends_survive_a_restart(kafka_config: KafkaConfig) -> None:
         assert tail[-1].content == b"<n i='2498'/>"
     finally:
         again.close()
+
+
+@pytest.mark.parametrize("order", ["reversed", "interleaved"])
+def test_the_seq_index_holds_whatever_order_delivery_reports_come_in(
+        core: BrokerCore, order: str) -> None:
+    """A flush() and the poll thread can serve delivery reports at once, so a later record's
+    report may be booked before an earlier one's. The sparse seq index must still point at each
+    bucket's first record, or read_source starts past it and loses the records before."""
+    journal = core.journal
+    seqs, results = _append_many(journal, [_pub("src-reorder") for _ in range(30)])
+    appended = [r for r in results if isinstance(r, Appended)]
+    assert len(appended) == 30
+    # Book them again from nothing, in another order, as a fresh process's reports would be.
+    with journal._book:
+        journal._durable.pop("src-reorder")
+        journal._index.pop("src-reorder")
+    booked = appended[::-1] if order == "reversed" else appended[1::2] + appended[0::2]
+    for a in booked:
+        with journal._book:
+            journal._on_durable(a.source, a.source_seq, a.position)
+    got = [e.source_seq for e in journal.read_source("src-reorder")]
+    assert got == seqs
+    assert journal._durable["src-reorder"].position == appended[-1].position  # the highest seq's
