@@ -176,3 +176,29 @@ def test_a_violation_in_the_read_that_completed_msgs_ends_the_session_cleanly() 
     read loop: receive() just ends."""
     count, error = asyncio.run(_burst_past_a_small_limit())
     assert count <= 8 and error is None
+
+
+def test_each_operation_is_logged_with_its_peer_and_channel() -> None:
+    """The log line of every operation names the connection and channel it came on, also
+    when several arrive in one read (pipelined) and after another event on the session."""
+    from structlog.contextvars import merge_contextvars
+    from structlog.testing import capture_logs
+
+    async def run() -> tuple[int, list[dict[str, object]]]:
+        with capture_logs(processors=[merge_contextvars]) as logs:
+            async with ApexServer(Relay("example.com")) as server:
+                fred = await ApexClient.connect("127.0.0.1", server.port)
+                await fred.attach("fred@example.com")
+                await asyncio.gather(*(fred.send("fred@example.com", ["fred@example.com"],
+                                                 b"%d" % i) for i in range(8)))
+                channel = fred._channel
+                await fred.close()
+        return channel, logs
+
+    channel, logs = asyncio.run(run())
+    ops = [e for e in logs if e["event"] == "apex operation"]
+    assert [e["operation"] for e in ops] == ["attach"] + ["data"] * 8
+    assert all(e.get("channel") == channel and "peer" in e for e in ops)
+    # nothing is left bound once the reads are handled: the close is logged without a channel
+    closed = [e for e in logs if e["event"] == "connection closed"]
+    assert closed and all("channel" not in e for e in closed)
