@@ -188,17 +188,25 @@ def test_each_operation_is_logged_with_its_peer_and_channel() -> None:
         with capture_logs(processors=[merge_contextvars]) as logs:
             async with ApexServer(Relay("example.com")) as server:
                 fred = await ApexClient.connect("127.0.0.1", server.port)
+                barney = await ApexClient.connect("127.0.0.1", server.port)
                 await fred.attach("fred@example.com")
-                await asyncio.gather(*(fred.send("fred@example.com", ["fred@example.com"],
-                                                 b"%d" % i) for i in range(8)))
+                await barney.attach("barney@example.com")
+                # two sessions' reads interleave: each must log with its own binding
+                await asyncio.gather(*(c.send(f"{n}@example.com", [f"{n}@example.com"],
+                                              b"%d" % i)
+                                       for i in range(8)
+                                       for c, n in ((fred, "fred"), (barney, "barney"))))
                 channel = fred._channel
+                assert barney._channel == channel  # each session's first channel
                 await fred.close()
+                await barney.close()
         return channel, logs
 
     channel, logs = asyncio.run(run())
     ops = [e for e in logs if e["event"] == "apex operation"]
-    assert [e["operation"] for e in ops] == ["attach"] + ["data"] * 8
+    assert sorted(str(e["operation"]) for e in ops) == ["attach"] * 2 + ["data"] * 16
     assert all(e.get("channel") == channel and "peer" in e for e in ops)
+    assert len({e["peer"] for e in ops}) == 2
     # nothing is left bound once the reads are handled: the close is logged without a channel
     closed = [e for e in logs if e["event"] == "connection closed"]
     assert closed and all("channel" not in e for e in closed)
