@@ -221,6 +221,8 @@ class _Attachment:
 
 #: The reply to nearly every data: one shared instance (replies are frozen values).
 _OK = Ok()
+#: ... and the outcome of a data that is answered ok with nothing to deliver (a service's).
+_OK_ONLY = Outcome(_OK)
 
 
 def _has_options(data: Data) -> bool:
@@ -332,6 +334,8 @@ class Relay:
     def handle(self, ref: ChannelRef, operation: Operation) -> Outcome:
         """Apply one operation received on `ref`; never raises `ApexpsError`."""
         try:
+            if type(operation) is Data:  # nearly every operation
+                return self._data(ref, operation)
             if isinstance(operation, Attach):
                 return self._attach(ref, operation)
             if isinstance(operation, Bind):
@@ -461,7 +465,7 @@ class Relay:
         if not _has_options(data):  # no statusRequest to answer: the common case, kept short
             if all(code != 250 for _, code, _ in statuses):
                 return Outcome(Error(statuses[0][1], statuses[0][2]), tuple(deliveries))
-            return Outcome(_OK, tuple(deliveries))
+            return Outcome(_OK, tuple(deliveries)) if deliveries else _OK_ONLY
         requests = [o for o in data.options if o.name == STATUS_REQUEST]
         requests += [o for i in range(len(data.recipients)) for o in data.options_of(i)
                      if o.name == STATUS_REQUEST]

@@ -96,6 +96,8 @@ class ApexClient:
         #: round trip as much as its BEEP framing
         self._deadlines: deque[tuple[float, int]] = deque()
         self._sweeper: asyncio.TimerHandle | None = None
+        #: a `_flush` is scheduled for the end of this event-loop turn
+        self._flush_due = False
         #: requests awaiting their reply at once: pipelining helps, but a relay cuts off a
         #: channel with more MSGs pending than its limit (BeepConfig's default is 64)
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
@@ -155,9 +157,17 @@ class ApexClient:
                 raise ServiceNotAvailable(f"the relay ended the session ({event})")
 
     def _flush(self) -> None:
+        self._flush_due = False
         data = self._conn.data_to_send()
-        if data:
+        if data and not self._writer.is_closing():  # a scheduled flush may come after close
             self._writer.write(data)
+
+    def _flush_soon(self) -> None:
+        """Write what is queued at the end of this event-loop turn: requests sent together
+        (a publisher that does not wait for each reply) leave in one write, not one each."""
+        if not self._flush_due:
+            self._flush_due = True
+            asyncio.get_running_loop().call_soon(self._flush)
 
     async def _read_loop(self) -> None:
         try:
@@ -241,7 +251,7 @@ class ApexClient:
         self._deadlines.append((loop.time() + self.timeout, msgno))
         if self._sweeper is None:
             self._sweeper = loop.call_later(self.timeout, self._sweep)
-        self._flush()
+        self._flush_soon()
         await self._writer.drain()
         return await future
 
