@@ -307,7 +307,7 @@ def test_close_channel_declined_2_3_1_3(bytewise: bool) -> None:
     assert listener.data_to_send() == rfc(reply, "S")
     assert feed(initiator, rfc(reply, "S"), bytewise) == [CloseRefused(1, 550, "still working")]
     still_open = initiator.channels
-    assert 1 in still_open  # a declined close leaves the channel open on both sides
+    assert still_open.keys() >= {1}  # a declined close leaves the channel open on both sides
 
 
 RELEASE = """
