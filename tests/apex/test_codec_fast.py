@@ -10,7 +10,6 @@ import itertools
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -79,9 +78,12 @@ def _deterministic_ids(start: int = 0) -> Iterator[None]:
     """Content-IDs and boundaries from a counter: two encoders' octets can be compared, and
     hypothesis sees the same octets each time it replays a case."""
     unique = _multipart._unique
-    with (mock.patch.object(unique, "prefix", "u"),
-          mock.patch.object(unique, "counter", itertools.count(start))):
+    saved = unique.prefix, unique.counter
+    unique.prefix, unique.counter = "u", itertools.count(start)
+    try:
         yield
+    finally:
+        unique.prefix, unique.counter = saved
 
 
 def _same_but_ref(back: Operation, data: Data) -> bool:
