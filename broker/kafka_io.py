@@ -225,7 +225,8 @@ class KafkaProducer:
         except KafkaException as exc:
             raise JournalUnavailable(f"kafka refused the record: {exc}") from exc
 
-    def produce_many(self, topic: str, records: Iterable[tuple[bytes, bytes, int, Delivery]],
+    def produce_many(self, topic: str,
+                     records: Iterable[tuple[bytes | None, bytes, int, Delivery]],
                      ) -> list[tuple[Delivery, JournalUnavailable]]:
         """Queue `(key, value, partition, delivery)` records in order. Returns those Kafka
         refused outright, with why: they are not queued and their `delivery` never runs."""

@@ -2,11 +2,12 @@
 
 The generic path builds a dict (`LinkRecord.to_avro`) and walks it with the compiled schema
 writer, about 25 µs a record; every delivery on a link writes one. This writer knows the field
-order of `link_record` v2 and writes the single-object bytes from the record's attributes, with
-the header and link name cached per link. Like `broker/_journal_writer.py` it takes only values
-whose type is plainly right; anything else, or a newer schema than v2, goes down the generic
-path, which writes or refuses it exactly as before. tests/broker/test_link_writer.py checks with
-hypothesis that the bytes equal the generic path's for any record.
+order of `link_record` v2 and writes the Avro body from the record's attributes, with the link
+name cached per link, either alone (`encode`: one `link_record`) or several in one `link_batch`
+v1, whose array items are exactly those bodies (`encode_many`). Like `broker/_journal_writer.py`
+it takes only values whose type is plainly right; anything else, or newer schemas than these,
+goes down the generic path, which writes or refuses it exactly as before.
+tests/broker/test_link_writer.py checks with hypothesis that the bytes equal the generic path's.
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ from broker.codec import MARKER, Codec
 if TYPE_CHECKING:  # links.py imports this module
     from broker.robust.links import LinkRecord
 
-__all__ = ["LinkRecordWriter"]
+__all__ = ["BATCH_SCHEMA", "SCHEMA", "LinkRecordWriter"]
 
 SCHEMA = "link_record"
-#: The fingerprint of link_record.v2, the layout `_write` hard-codes.
+BATCH_SCHEMA = "link_batch"
+#: The fingerprint of link_record.v2, the layout `_body` hard-codes.
 V2_FINGERPRINT = bytes.fromhex("998f9d370474f622")
+#: The fingerprint of link_batch.v1: an array of link_record v2 bodies.
+BATCH_V1_FINGERPRINT = bytes.fromhex("d64518f5aca86778")
 _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
 #: LinkKind (a StrEnum, so its members find these keys) -> its enum index
 _KINDS = {"DATA": _ONE_BYTE[0], "HEARTBEAT": _ONE_BYTE[2], "RESET": _ONE_BYTE[4]}
@@ -38,32 +42,47 @@ def _int(n: Any) -> bytes:
 
 
 class LinkRecordWriter:
-    """`encode(record)`: the link_record bytes `codec` would write."""
+    """`encode(record)`: the link_record bytes `codec` would write; `encode_many(records)`:
+    the link_batch bytes."""
 
     def __init__(self, codec: Codec) -> None:
         self._codec = codec
         sv = codec.schema(SCHEMA)
+        batch = codec.schema(BATCH_SCHEMA)
         self.fast = sv.fingerprint == V2_FINGERPRINT
+        self.fast_many = self.fast and batch.fingerprint == BATCH_V1_FINGERPRINT
         self._header = MARKER + sv.fingerprint
+        self._batch_header = MARKER + batch.fingerprint
         self._heads: dict[tuple[str, int, int, int], tuple[bytes, bytes]] = {}
         self._stamp: tuple[tuple[int, int] | None, bytes] = (None, b"")
 
     def encode(self, record: LinkRecord) -> bytes:
         if self.fast:
             try:
-                return self._write(record)
+                return self._header + self._body(record)
             except (_Slow, TypeError, KeyError):  # KeyError: not a LinkKind
                 pass
         return self._codec.encode(SCHEMA, record.to_avro())
 
-    def _write(self, r: LinkRecord) -> bytes:
+    def encode_many(self, records: list[LinkRecord]) -> bytes:
+        """One link_batch of `records` (at least one), in their order."""
+        if self.fast_many:
+            try:
+                body = self._body
+                # An Avro array: one block of len(records) items, then the empty block.
+                return b"".join((self._batch_header, _long(len(records)),
+                                 *[body(r) for r in records], b"\x00"))
+            except (_Slow, TypeError, KeyError):
+                pass
+        return self._codec.encode(BATCH_SCHEMA, {"records": [r.to_avro() for r in records]})
+
+    def _body(self, r: LinkRecord) -> bytes:
         # A link's epoch, epoch start and bits change only on a reset, and writer and time
         # are shared by every record of one append: each cached as bytes.
         key = (r.link, r.epoch, r.epoch_start, r.bits)
         head = self._heads.get(key)
         if head is None:
-            head = (self._header + _string(r.link), _long(r.epoch) + _long(r.epoch_start)
-                    + _int(r.bits))
+            head = (_string(r.link), _long(r.epoch) + _long(r.epoch_start) + _int(r.bits))
             if len(self._heads) >= _HEADS_LIMIT:
                 self._heads.clear()
             self._heads[key] = head

@@ -12,16 +12,22 @@ the epoch's reset (`epoch_start`) and the resolution. A link's first record is a
 become durable (its seq can never be refilled, so the link must not pretend otherwise), and for
 a link recovered at another resolution than the log's.
 
-Appends. All of a link's records go to one partition of `NS.links` (crc32 of the link id), keyed
-by the link id, through the broker's one idempotent acks=all producer, so within a partition a
-link's ordinals rise with the offsets. `append_many` assigns seqs under a lock in the order given
-and returns the records at once; its callback runs once, when every record is durable or failed.
+Appends. All of a link's records go to one partition of `NS.links` (crc32 of the link id),
+through the broker's one idempotent acks=all producer, so within a partition a link's ordinals
+rise with the offsets. They travel packed: the records of one `append_many` that share a
+partition go in one Kafka record (a `link_batch`, up to `PACK_RECORDS`), keyed by the link id
+when they are all of one link. A fan-out turn puts one record on each of its subscribers' links;
+one Kafka record per partition instead of one per subscriber is what keeps the link log's cost
+per delivery small (a produce, a delivery report and Kafka's handling of it, per pack). A pack is
+durable or fails as a whole; its records share its offset. `append_many` assigns seqs under a
+lock in the order given and returns the records at once; its callback runs once, when every
+record is durable or failed.
 The fan-out should send an item to its subscriber only when the callback says it is durable: a
 seq the subscriber saw must be one a restarted broker can refill and will not hand out again.
 
 Checkpoints (the compacted `NS.linkindex` topic, one partition, the journal's `sources` pattern):
 - key `LINK` → the link's last durable record (ordinal, epoch, epoch start, resolution, owner);
-- key `LINK NUL bucket` → the lowest offset of a record with an ordinal in
+- key `LINK NUL bucket` → the lowest offset of a Kafka record holding one with an ordinal in
   [bucket·1024, (bucket+1)·1024): a sparse index, so `read_range` seeks instead of scanning the
   partition from its start;
 - key `NUL partition NUL p` → every link's checkpoint covers partition p up to this offset.
@@ -65,6 +71,7 @@ from broker.errors import (
     JournalUnavailable,
     LinkContextGone,
     NotYourLink,
+    RecordSchemaError,
 )
 from broker.kafka_io import (
     Delivery,
@@ -76,7 +83,7 @@ from broker.kafka_io import (
     read_partition,
 )
 from broker.records import JournalEntry, now_ms, to_ms
-from broker.robust._link_writer import LinkRecordWriter
+from broker.robust._link_writer import BATCH_SCHEMA, SCHEMA, LinkRecordWriter
 from broker.robust.config import DEFAULT_MAX_GAP
 from broker.robust.linkid import validate_link_id
 from broker.robust.linkseq import DEFAULT_BITS, LinkSeqSpace
@@ -100,8 +107,10 @@ LINK_BUCKET = 1024
 #: Index buckets older than the retention window are dropped at most this often.
 PRUNE_INTERVAL_S = 60.0
 
-SCHEMA = "link_record"
 CHECKPOINT_SCHEMA = "link_checkpoint"
+#: Most link records one Kafka record packs: a worst-case record (a 1,024-character link id, long
+#: source and owner) is a few KB, so a pack stays well inside Kafka's 1 MB message limit.
+PACK_RECORDS = 128
 
 
 class LinkKind(StrEnum):
@@ -261,16 +270,17 @@ LinkBatchCallback = Callable[[list["LinkRecord | JournalUnavailable"]], None]
 
 
 class _Batch:
-    """One `append_many` in flight; see broker/journal.py `_Batch` for the token counting."""
+    """One `append_many` in flight; see broker/journal.py `_Batch` for the token counting (one
+    token per Kafka record, which packs several link records)."""
 
     __slots__ = ("callback", "left", "log", "outcomes")
 
-    def __init__(self, log_: LinkLog, records: list[LinkRecord],
+    def __init__(self, log_: LinkLog, records: list[LinkRecord], packs: int,
                  callback: LinkBatchCallback) -> None:
         self.log = log_
         self.callback = callback
         self.outcomes: list[LinkRecord | JournalUnavailable] = list(records)
-        self.left = list(range(len(records)))
+        self.left = list(range(packs))
 
     def done(self) -> None:
         if not self.left.pop():
@@ -280,26 +290,30 @@ class _Batch:
                 log.exception("link append callback failed")
 
 
-class _Record(Delivery):
-    __slots__ = ("batch", "index")
+class _Pack(Delivery):
+    """One Kafka record of the links topic: the link records at `indices` of its batch."""
 
-    def __init__(self, batch: _Batch, index: int) -> None:
+    __slots__ = ("batch", "indices")
+
+    def __init__(self, batch: _Batch, indices: list[int]) -> None:
         self.batch = batch
-        self.index = index
+        self.indices = indices
 
     def delivered(self, partition: int, offset: int) -> None:
         batch = self.batch
-        record = batch.outcomes[self.index]
-        assert isinstance(record, LinkRecord)
-        batch.log._on_durable(record, Position(partition, offset))
+        outcomes = batch.outcomes
+        batch.log._on_durable([r for i in self.indices
+                               if isinstance(r := outcomes[i], LinkRecord)],
+                              Position(partition, offset))
         batch.done()
 
     def failed(self, error: JournalUnavailable) -> None:
         batch = self.batch
-        record = batch.outcomes[self.index]
-        if isinstance(record, LinkRecord):
-            batch.log._on_failed(record, error)
-        batch.outcomes[self.index] = error
+        for i in self.indices:
+            record = batch.outcomes[i]
+            if isinstance(record, LinkRecord):
+                batch.log._on_failed(record, error)
+            batch.outcomes[i] = error
         batch.done()
 
 
@@ -385,15 +399,37 @@ class LinkLog:
                 elif item.kind is LinkKind.RESET:
                     self._broken.discard(link)
                 heads[link] = self._next_record(records, item, head, at)
-            batch = _Batch(self, records, callback)
-            encode = self._record_writer.encode
-            queued = [(r.link.encode(), encode(r), self.partition_for(r.link), _Record(batch, i))
-                      for i, r in enumerate(records)]
-            refused = self._producer.produce_many(self.topic, queued)
+            refused = self._produce(records, callback)
             self._heads.update(heads)
         for delivery, error in refused:  # outside the lock: this may run the callback
             delivery.failed(error)
         return records
+
+    def _produce(self, records: list[LinkRecord], callback: LinkBatchCallback,
+                 ) -> list[tuple[Delivery, JournalUnavailable]]:
+        """Queue `records` packed: per partition, in their order, up to `PACK_RECORDS` to one
+        Kafka record (under `_lock`: the produce order is the assignment order)."""
+        by_part: dict[int, list[int]] = {}
+        for i, r in enumerate(records):
+            part = self.partition_for(r.link)
+            indices = by_part.get(part)
+            if indices is None:
+                by_part[part] = [i]
+            else:
+                indices.append(i)
+        chunks = [(part, indices[k:k + PACK_RECORDS]) for part, indices in by_part.items()
+                  for k in range(0, len(indices), PACK_RECORDS)]
+        batch = _Batch(self, records, len(chunks), callback)
+        encode = self._record_writer.encode_many
+        queued: list[tuple[bytes | None, bytes, int, Delivery]] = []
+        for part, indices in chunks:
+            pack = [records[i] for i in indices]
+            link = pack[0].link
+            # One link's pack keeps the link as its key, so a read of another link skips it
+            # without decoding; a mixed pack has none and is decoded.
+            key = link.encode() if all(r.link == link for r in pack) else None
+            queued.append((key, encode(pack), part, _Pack(batch, indices)))
+        return self._producer.produce_many(self.topic, queued)
 
     def _next_record(self, out: list[LinkRecord], item: LinkItem, head: _State | None,
                      at: int) -> _State:
@@ -476,16 +512,20 @@ class LinkLog:
 
     # --- delivery bookkeeping (poll thread or inside flush) --------------------------------
 
-    def _on_durable(self, record: LinkRecord, pos: Position) -> None:
+    def _on_durable(self, records: list[LinkRecord], pos: Position) -> None:
+        """Book `records`, all in the Kafka record at `pos`."""
         with self._book:
-            st = self._durable.get(record.link)
-            if st is None:
-                st = self._durable[record.link] = _State(
-                    record.ordinal, record.epoch, record.epoch_start, record.bits, record.owner)
-            self._book_record(st, record, pos)
+            durable = self._durable
+            for record in records:
+                st = durable.get(record.link)
+                if st is None:
+                    st = durable[record.link] = _State(
+                        record.ordinal, record.epoch, record.epoch_start, record.bits,
+                        record.owner)
+                self._book_record(st, record, pos)
             if pos.offset > self._partition_hw.get(pos.partition, -1):
                 self._partition_hw[pos.partition] = pos.offset
-            self._checkpoints.changed()
+            self._checkpoints.changed(len(records))
 
     def _book_record(self, st: _State, record: LinkRecord, pos: Position) -> None:
         if record.ordinal >= st.ordinal:
@@ -594,15 +634,15 @@ class LinkLog:
                     report.scanned += 1
                     if rec.value is None:
                         continue
-                    record = self._decode(rec.value)
-                    st = self._durable.get(record.link)
-                    if st is None:
-                        st = self._durable[record.link] = _State(
-                            record.ordinal, record.epoch, record.epoch_start, record.bits,
-                            record.owner)
-                    self._book_record(st, record, rec.position)
+                    for record in self._decode(rec.value):
+                        st = self._durable.get(record.link)
+                        if st is None:
+                            st = self._durable[record.link] = _State(
+                                record.ordinal, record.epoch, record.epoch_start, record.bits,
+                                record.owner)
+                        self._book_record(st, record, rec.position)
+                        writer = max(writer, record.writer)
                     self._partition_hw[part] = rec.position.offset
-                    writer = max(writer, record.writer)
             self._writer = max(self._clock(), writer + 1)
             with self._lock:
                 for link, st in self._durable.items():
@@ -631,14 +671,20 @@ class LinkLog:
             for rec in read_partition(self.config, self.topic, part, start):
                 if rec.value is None:
                     continue
-                record = self._decode(rec.value)
-                if record.kind is LinkKind.DATA and record.position is not None:
-                    out.add((record.link, record.position))
+                for record in self._decode(rec.value):
+                    if record.kind is LinkKind.DATA and record.position is not None:
+                        out.add((record.link, record.position))
         return out
 
-    def _decode(self, value: bytes) -> LinkRecord:
-        _, rec = self._codec.decode(value, expect=SCHEMA)
-        return LinkRecord.from_avro(rec)
+    def _decode(self, value: bytes) -> list[LinkRecord]:
+        """The link records of one Kafka record: a link_batch, or one link_record (what
+        apexps wrote before link records were packed)."""
+        name, rec = self._codec.decode(value)
+        if name == BATCH_SCHEMA:
+            return [LinkRecord.from_avro(r) for r in rec["records"]]
+        if name == SCHEMA:
+            return [LinkRecord.from_avro(rec)]
+        raise RecordSchemaError(f"expected a {BATCH_SCHEMA} or {SCHEMA} record, found {name}")
 
     def read_range(self, link: str, lo: int, hi: int | None = None, *,
                    epoch: int | None = None) -> list[LinkRecord]:
@@ -704,14 +750,20 @@ class LinkLog:
         found: dict[int, LinkRecord] = {}
         count = b - a + 1
         for rec in read_partition(self.config, self.topic, self.partition_for(link), start):
-            if rec.key != key or rec.value is None:
-                continue
-            record = self._decode(rec.value)
-            if a <= record.ordinal <= b:
-                old = found.get(record.ordinal)
-                if old is None or record.writer > old.writer:
-                    found[record.ordinal] = record
-            elif record.ordinal > b and len(found) == count:
+            if rec.value is None or (rec.key is not None and rec.key != key):
+                continue  # a tombstone, or another link's pack
+            past = False
+            for record in self._decode(rec.value):
+                if record.link != link:
+                    continue
+                if a <= record.ordinal <= b:
+                    old = found.get(record.ordinal)
+                    if old is None or record.writer > old.writer:
+                        found[record.ordinal] = record
+                elif record.ordinal > b and len(found) == count:
+                    past = True
+                    break
+            if past:
                 break
         return [found[o] for o in range(a, b + 1) if o in found]
 

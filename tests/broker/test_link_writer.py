@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from broker.codec import default_codec
 from broker.errors import RecordSchemaError
 from broker.kafka_io import Position
-from broker.robust._link_writer import SCHEMA, LinkRecordWriter
+from broker.robust._link_writer import BATCH_SCHEMA, SCHEMA, LinkRecordWriter
 from broker.robust.links import LinkKind, LinkRecord
 
 longs = st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)
@@ -81,3 +81,43 @@ def test_one_writer_over_many_records_keeps_its_caches_right(
     writer = LinkRecordWriter(default_codec())
     for record in [*batch, data.draw(st.sampled_from(batch))]:
         assert writer.encode(record) == default_codec().encode(SCHEMA, record.to_avro())
+
+
+def _generic_many(records: list[LinkRecord]) -> bytes | type[Exception]:
+    try:
+        return default_codec().encode(BATCH_SCHEMA, {"records": [r.to_avro() for r in records]})
+    except RecordSchemaError:
+        return RecordSchemaError
+
+
+def _fast_many(writer: LinkRecordWriter, records: list[LinkRecord]) -> bytes | type[Exception]:
+    try:
+        return writer.encode_many(records)
+    except RecordSchemaError:
+        return RecordSchemaError
+
+
+@given(st.lists(records(), min_size=1, max_size=8))
+def test_a_pack_is_the_generic_codecs_link_batch(batch: list[LinkRecord]) -> None:
+    writer = LinkRecordWriter(default_codec())
+    assert writer.fast_many
+    assert writer.encode_many(batch) == _generic_many(batch)
+
+
+def test_a_pack_decodes_to_its_records_in_order() -> None:
+    batch = [LinkRecord("desk-1", 9, 2, 4, 16, 5, LinkKind.DATA, Position(1, 77), "a@b.c", 3,
+                        None, 12, 1_700_000_000_000, True),
+             LinkRecord("desk-2", 0, 0, 0, 32, 0, LinkKind.RESET, None, None, None, "o@b.c", 12,
+                        1_700_000_000_000),
+             LinkRecord("desk-1", 10, 2, 4, 16, 6, LinkKind.HEARTBEAT, None, None, None, None,
+                        12, 1_700_000_000_000)]
+    name, value = default_codec().decode(LinkRecordWriter(default_codec()).encode_many(batch))
+    assert name == BATCH_SCHEMA
+    assert [LinkRecord.from_avro(r) for r in value["records"]] == batch
+
+
+@given(st.lists(records(wild=True), min_size=1, max_size=4))
+def test_a_pack_with_out_of_range_values_fares_as_on_the_generic_path(
+        batch: list[LinkRecord]) -> None:
+    # one bad record sends the whole pack down the generic path, which refuses it
+    assert _fast_many(LinkRecordWriter(default_codec()), batch) == _generic_many(batch)

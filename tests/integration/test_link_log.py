@@ -138,6 +138,75 @@ def test_refill_brings_back_the_journaled_messages(kafka_config: KafkaConfig,
         again.close()
 
 
+def _links_on(part: int, count: int, log: LinkLog) -> list[str]:
+    """`count` link ids that all hash to links partition `part`."""
+    names = (f"pack-{n}" for n in range(100_000))
+    return [name for name in names if log.partition_for(name) == part][:count]
+
+
+def test_one_append_goes_to_kafka_packed_and_reads_back_per_link(kafka_config: KafkaConfig,
+                                                                 core: BrokerCore) -> None:
+    """A fan-out turn's records on many links of one partition travel in a few Kafka records
+    (a link_batch each); every link still reads back exactly, also after a reopen, and numbering
+    continues after recovery."""
+    from broker.robust import links as links_module
+
+    desks = _links_on(0, 40, core.links)
+    other = _links_on(1, 1, core.links)[0]
+    for turn in range(1, 6):  # five turns, each one record on every desk, and five on `other`
+        core.links.append_sync([_data(desk, turn) for desk in desks]
+                               + [_data(other, 10 * turn + k) for k in range(5)])
+    core.links.flush()
+    part0 = list(links_module.read_partition(kafka_config, core.links.topic, 0))
+    records = sum(len(core.links._decode(r.value)) for r in part0 if r.value is not None)
+    assert records == 40 * 6  # each desk: its reset and five DATA
+    assert len(part0) <= 6, "one Kafka record per turn, the first turn's resets included"
+    assert all(r.key is None for r in part0), "a pack of several links has no key"
+    part1 = list(links_module.read_partition(kafka_config, core.links.topic, 1))
+    assert [r.key for r in part1] == [other.encode()] * 5, "one link's pack keeps its key"
+
+    def seen(log: LinkLog) -> dict[str, list[int | None]]:
+        return {desk: [r.source_seq for r in log.read_range(desk, 1, 5)]
+                for desk in [*desks, other]}
+
+    want = {**{desk: [1, 2, 3, 4, 5] for desk in desks}, other: [10, 11, 12, 13, 14]}
+    assert seen(core.links) == want
+    core.close()
+    again = _reopened(kafka_config)
+    try:
+        assert seen(again.links) == want
+        (nxt,) = again.links.append_sync([_data(desks[7], 6)])
+        assert (nxt.link_seq, nxt.ordinal) == (6, 6)
+    finally:
+        again.close()
+
+
+def test_link_records_written_one_per_kafka_record_still_read(kafka_config: KafkaConfig,
+                                                              core: BrokerCore) -> None:
+    """What apexps wrote before packing (one link_record per Kafka record, keyed by the link)
+    is recovered and refilled as before, beside packs of the same link."""
+    log = core.links
+    old = log.append_sync([_data("legacy", n) for n in range(1, 4)])  # reset + 3, packed
+    codec = core.codec
+    for n in range(4, 7):  # then three the old way, continuing the link
+        record = LinkRecord("legacy", n, 0, 0, old[0].bits, n, LinkKind.DATA, Position(0, n),
+                            "fred@example.com", n, None, old[0].writer, old[0].recorded_at)
+        core._producer.produce_sync(log.topic, b"legacy",  # type: ignore[union-attr]
+                                    codec.encode("link_record", record.to_avro()),
+                                    partition=log.partition_for("legacy"))
+    core.close()
+    again = _reopened(kafka_config)
+    try:
+        head = again.links.last("legacy")
+        assert head is not None and head.link_seq == 6
+        assert [r.source_seq for r in again.links.read_range("legacy", 1, 6)] == \
+            [1, 2, 3, 4, 5, 6]
+        again.links.append_sync([_data("legacy", 7)])
+        assert [r.source_seq for r in again.links.read_range("legacy", 5, 7)] == [5, 6, 7]
+    finally:
+        again.close()
+
+
 @pytest.mark.slow
 def test_crossing_the_16_bit_wrap_and_refilling_across_it(kafka_config: KafkaConfig) -> None:
     """At 16 bits the link goes 65534, 65535, 1, 2 (never 0), and a range across the wrap
