@@ -10,6 +10,7 @@ from typing import Any
 
 import structlog
 
+from adapters.cli import heap
 from adapters.cli import loop as event_loop
 from adapters.cli.client_cmd import DEFAULT_APEX_PORT
 from adapters.cli.paths import default_data_dir
@@ -69,6 +70,7 @@ async def _serve_async(args: argparse.Namespace, config: KafkaConfig,
                     redistribute=args.redistribute, security=security,
                     robust=RobustConfig(heartbeat_ms=args.heartbeat_ms))
     await app.start()
+    heap.settle()
     try:
         print(f"apex: {app.host}:{app.port} (domain {app.domain})", flush=True)
         assert app.report is not None

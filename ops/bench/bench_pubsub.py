@@ -67,7 +67,7 @@ def _pcts(lat: list[float]) -> tuple[float, float]:
 
 def _serve(args: argparse.Namespace) -> None:
     from adapters.app import BrokerApp
-    from adapters.cli import logs
+    from adapters.cli import heap, logs
     from broker.kafka_io import KafkaConfig
 
     logs.configure("warning", json=True)
@@ -75,6 +75,7 @@ def _serve(args: argparse.Namespace) -> None:
     async def run() -> None:
         config = KafkaConfig(bootstrap=args.bootstrap, namespace=args.namespace)
         async with BrokerApp(config, domain=DOMAIN, sequenced=not args.plain) as app:
+            heap.settle()  # as `apexps up` does
             print(app.port, flush=True)
             await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
 
