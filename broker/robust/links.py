@@ -677,13 +677,17 @@ class LinkLog:
         return out
 
     def _decode(self, value: bytes) -> list[LinkRecord]:
-        """The link records of one Kafka record: a link_batch, or one link_record (what
-        apexps wrote before link records were packed)."""
+        return [LinkRecord.from_avro(r) for r in self._decode_avro(value)]
+
+    def _decode_avro(self, value: bytes) -> list[dict[str, Any]]:
+        """The link records (Avro values) of one Kafka record: a link_batch, or one link_record
+        (what apexps wrote before link records were packed)."""
         name, rec = self._codec.decode(value)
         if name == BATCH_SCHEMA:
-            return [LinkRecord.from_avro(r) for r in rec["records"]]
+            records: list[dict[str, Any]] = rec["records"]
+            return records
         if name == SCHEMA:
-            return [LinkRecord.from_avro(rec)]
+            return [rec]
         raise RecordSchemaError(f"expected a {BATCH_SCHEMA} or {SCHEMA} record, found {name}")
 
     def read_range(self, link: str, lo: int, hi: int | None = None, *,
@@ -753,14 +757,15 @@ class LinkLog:
             if rec.value is None or (rec.key is not None and rec.key != key):
                 continue  # a tombstone, or another link's pack
             past = False
-            for record in self._decode(rec.value):
-                if record.link != link:
-                    continue
-                if a <= record.ordinal <= b:
-                    old = found.get(record.ordinal)
-                    if old is None or record.writer > old.writer:
-                        found[record.ordinal] = record
-                elif record.ordinal > b and len(found) == count:
+            for value in self._decode_avro(rec.value):
+                if value["link"] != link:
+                    continue  # a pack's record of another link: not worth a LinkRecord
+                ordinal = value["ordinal"]
+                if a <= ordinal <= b:
+                    old = found.get(ordinal)
+                    if old is None or value["writer"] > old.writer:
+                        found[ordinal] = LinkRecord.from_avro(value)
+                elif ordinal > b and len(found) == count:
                     past = True
                     break
             if past:
