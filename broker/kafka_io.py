@@ -70,7 +70,10 @@ class KafkaConfig:
     replication: replication factor of new topics; None picks min(3, brokers in the cluster).
     journal_retention_ms: how long journal records are kept (-1: forever).
     link_partitions: partitions of the links topic (what each link seq carried), fixed at
-        creation (a link always maps to the same partition).
+        creation (a link always maps to the same partition). One by default: a fan-out turn
+        then writes one Kafka record for all its links (broker/robust/links.py packs them per
+        partition), and at paced rates each produce costs librdkafka ~300 µs of CPU whatever
+        it carries; one partition takes far more than one broker's fan-out produces.
     link_retention_ms: the link retention window: how long what each link seq carried is kept
         for gap fill; older ranges are refused with 569 and repaired by source.
     extra: further librdkafka settings (e.g. security.protocol, sasl.*) for every client.
@@ -81,7 +84,7 @@ class KafkaConfig:
     journal_partitions: int = 3
     replication: int | None = None
     journal_retention_ms: int = 30 * 24 * 3600 * 1000
-    link_partitions: int = 3
+    link_partitions: int = 1
     link_retention_ms: int = 24 * 3600 * 1000
     delivery_timeout_ms: int = DEFAULT_DELIVERY_TIMEOUT_MS
     extra: dict[str, str] = field(default_factory=dict)

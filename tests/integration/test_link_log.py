@@ -4,6 +4,7 @@ reopen and after a kill -9 of the appender."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -144,34 +145,38 @@ def _links_on(part: int, count: int, log: LinkLog) -> list[str]:
     return [name for name in names if log.partition_for(name) == part][:count]
 
 
-def test_one_append_goes_to_kafka_packed_and_reads_back_per_link(kafka_config: KafkaConfig,
-                                                                 core: BrokerCore) -> None:
+def test_one_append_goes_to_kafka_packed_and_reads_back_per_link(
+        kafka_config: KafkaConfig) -> None:
     """A fan-out turn's records on many links of one partition travel in a few Kafka records
     (a link_batch each); every link still reads back exactly, also after a reopen, and numbering
     continues after recovery."""
     from broker.robust import links as links_module
 
-    desks = _links_on(0, 40, core.links)
-    other = _links_on(1, 1, core.links)[0]
-    for turn in range(1, 6):  # five turns, each one record on every desk, and five on `other`
-        core.links.append_sync([_data(desk, turn) for desk in desks]
-                               + [_data(other, 10 * turn + k) for k in range(5)])
-    core.links.flush()
-    part0 = list(links_module.read_partition(kafka_config, core.links.topic, 0))
-    records = sum(len(core.links._decode(r.value)) for r in part0 if r.value is not None)
-    assert records == 40 * 6  # each desk: its reset and five DATA
-    assert len(part0) <= 6, "one Kafka record per turn, the first turn's resets included"
-    assert all(r.key is None for r in part0), "a pack of several links has no key"
-    part1 = list(links_module.read_partition(kafka_config, core.links.topic, 1))
-    assert [r.key for r in part1] == [other.encode()] * 5, "one link's pack keeps its key"
+    kafka_config = dataclasses.replace(kafka_config, link_partitions=3)
+    core = _reopened(kafka_config)
+    try:
+        desks = _links_on(0, 40, core.links)
+        other = _links_on(1, 1, core.links)[0]
+        for turn in range(1, 6):  # five turns, each one record on every desk, and five on `other`
+            core.links.append_sync([_data(desk, turn) for desk in desks]
+                                   + [_data(other, 10 * turn + k) for k in range(5)])
+        core.links.flush()
+        part0 = list(links_module.read_partition(kafka_config, core.links.topic, 0))
+        records = sum(len(core.links._decode(r.value)) for r in part0 if r.value is not None)
+        assert records == 40 * 6  # each desk: its reset and five DATA
+        assert len(part0) <= 6, "one Kafka record per turn, the first turn's resets included"
+        assert all(r.key is None for r in part0), "a pack of several links has no key"
+        part1 = list(links_module.read_partition(kafka_config, core.links.topic, 1))
+        assert [r.key for r in part1] == [other.encode()] * 5, "one link's pack keeps its key"
 
-    def seen(log: LinkLog) -> dict[str, list[int | None]]:
-        return {desk: [r.source_seq for r in log.read_range(desk, 1, 5)]
-                for desk in [*desks, other]}
+        def seen(log: LinkLog) -> dict[str, list[int | None]]:
+            return {desk: [r.source_seq for r in log.read_range(desk, 1, 5)]
+                    for desk in [*desks, other]}
 
-    want = {**{desk: [1, 2, 3, 4, 5] for desk in desks}, other: [10, 11, 12, 13, 14]}
-    assert seen(core.links) == want
-    core.close()
+        want = {**{desk: [1, 2, 3, 4, 5] for desk in desks}, other: [10, 11, 12, 13, 14]}
+        assert seen(core.links) == want
+    finally:
+        core.close()
     again = _reopened(kafka_config)
     try:
         assert seen(again.links) == want
