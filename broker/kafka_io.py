@@ -54,6 +54,8 @@ DEFAULT_DELIVERY_TIMEOUT_MS = 30_000
 #: measured here a 2 ms linger put ~6 ms on every quiet-time append (p50 0.5 ms -> 5.9 ms,
 #: produce+delivery report, one local broker), which is the publish->deliver latency.
 DEFAULT_LINGER_MS = 0
+#: How long Kafka may hold a tail's fetch while nothing arrives (see `Tail`).
+TAIL_FETCH_WAIT_MS = 100
 #: librdkafka's own partitioner picks the partition (RD_KAFKA_PARTITION_UA).
 _ANY_PARTITION = -1
 
@@ -472,8 +474,11 @@ class Tail:
     live fan-out: `poll()` returns what arrived, waiting at most `timeout_s` for the first.
 
     Assigned, never subscribed and never committing: where a follower resumes is its owner's
-    business (the journal is the record). `fetch.wait.max.ms` is low because this is the
-    publish→deliver path; an idle poll costs one short fetch per partition.
+    business (the journal is the record). This is the publish→deliver path, and a fetch with
+    `fetch.min.bytes` 1 is answered as soon as a record arrives, however long it may wait: so
+    the wait is long (`TAIL_FETCH_WAIT_MS`), and an idle tail asks Kafka ten times a second
+    rather than 500 (measured: produce→tail p50 ~1 ms either way; the follower's idle CPU 3% of
+    a core -> 0.4%, and Kafka's spent answering it).
     """
 
     def __init__(self, config: KafkaConfig, topic: str,
@@ -483,7 +488,7 @@ class Tail:
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "enable.partition.eof": False,
-            "fetch.wait.max.ms": 2,
+            "fetch.wait.max.ms": TAIL_FETCH_WAIT_MS,
             "fetch.min.bytes": 1,
         }))
         parts = partition_count(config, topic)
