@@ -41,7 +41,7 @@ import structlog
 from broker.errors import ApexpsError, ServiceNotAvailable
 from broker.records import PublishType
 
-from ._batch_codec import DEFAULT_BATCH, Batch, decode_batch
+from ._batch_codec import DEFAULT_BATCH, ItemFields, batch_items
 from ._codec import Data
 from ._endpoint import Endpoint
 from ._pubsub_codec import (
@@ -86,6 +86,8 @@ log = structlog.get_logger(__name__)
 
 SERVICE = "apex=pubsub"
 _PLAIN = PublishMeta()
+#: Topics whose originator text one client keeps (more only start the cache over).
+_ORIGINS_LIMIT = 1024
 
 
 class _Own(Enum):
@@ -151,6 +153,8 @@ class PubsubClient:
         self._links: dict[str, LinkListener] = {}
         #: reads the stamps of every batch this client gets (faster after the first)
         self._stamps = StampReader()
+        #: each topic's originator text, for the deliveries a batch holds
+        self._origins: dict[tuple[str, str], str] = {}
         self._task = asyncio.create_task(self._demux())
         if isinstance(client, ReconnectingApexClient):
             client.add_listener(self._connection_event)
@@ -385,11 +389,11 @@ class PubsubClient:
         head = data.content.lstrip()[:64]
         if head.startswith(b"<batch"):
             try:
-                batch = decode_batch(data.content, self._stamps)
+                _, items = batch_items(data.content, self._stamps)
             except ApexpsError as exc:  # its holes get asked for again
                 log.warning("batch refused", originator=str(data.originator), error=str(exc))
                 return True
-            self._unpack(batch, data.originator.domain)
+            self._unpack(items, data.originator.domain)
             return True
         if not any(head.startswith(b"<" + t.encode()) for t in ROBUST_ELEMENTS):
             return False
@@ -411,23 +415,29 @@ class PubsubClient:
             self._events.put_nowait(LinkEvent(stamp, doc))
         return True
 
-    def _unpack(self, batch: Batch, domain: str) -> None:
-        """Hand each item of `batch` on as if it had come as a data of its own."""
-        origins: dict[str, str] = {}
-        for item in batch.items:
-            stamp = item.stamp
-            if item.document is not None:
-                event = LinkEvent(stamp, item.document)
+    def _unpack(self, items: Iterable[ItemFields], domain: str) -> None:
+        """Hand each item of a batch on as if it had come as a data of its own."""
+        for stamp, content, content_type, document in items:
+            if document is not None:
+                event = LinkEvent(stamp, document)
                 if not self._to_link(stamp.link, event) and self.link_events:
                     self._events.put_nowait(event)
                 continue
             topic = stamp.topic or ""
-            origin = origins.get(topic)
-            if origin is None:
-                origin = origins[topic] = str(Endpoint(SERVICE, domain, topic))
-            delivered = Delivered(topic, origin, item.content, item.content_type, stamp)
+            delivered = Delivered(topic, self._origin(domain, topic), content, content_type,
+                                  stamp)
             if not self._to_link(stamp.link, delivered):
                 self._events.put_nowait(delivered)
+
+    def _origin(self, domain: str, topic: str) -> str:
+        """`apex=pubsub/TOPIC@DOMAIN`, the originator a delivery of `topic` would have had."""
+        key = (domain, topic)
+        origin = self._origins.get(key)
+        if origin is None:
+            if len(self._origins) >= _ORIGINS_LIMIT:
+                self._origins.clear()
+            origin = self._origins[key] = str(Endpoint(SERVICE, domain, topic))
+        return origin
 
     def _route(self, data: Data) -> None:
         origin = data.originator
