@@ -29,7 +29,6 @@ the connection went raises `ServiceNotAvailable`: the reply, if any, went to the
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
@@ -155,7 +154,10 @@ class PubsubClient:
         self._stamps = StampReader()
         #: each topic's originator text, for the deliveries a batch holds
         self._origins: dict[tuple[str, str], str] = {}
-        self._task = asyncio.create_task(self._demux())
+        self._closed = False
+        # Each data is routed in the connection's read loop as it is decoded, not by a task of
+        # ours woken per data.
+        client.deliver_to(self._received)
         if isinstance(client, ReconnectingApexClient):
             client.add_listener(self._connection_event)
 
@@ -183,9 +185,7 @@ class PubsubClient:
         return cls(client, me, service_domain, link_events=link_events)
 
     async def close(self) -> None:
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        self._closed = True  # what the connection hands on from here is nobody's
         await self.client.close()
 
     async def __aenter__(self) -> PubsubClient:
@@ -359,9 +359,12 @@ class PubsubClient:
                     future.set_exception(ServiceNotAvailable(
                         "connection to the broker lost before its reply came"))
 
-    async def _demux(self) -> None:
-        async for data in self.client.receive():
+    def _received(self, data: Data | None) -> None:
+        if self._closed:
+            return
+        if data is not None:
             self._route(data)
+            return
         self._events.put_nowait(None)
         for link in list(self._links):
             self._to_link(link, None)
