@@ -41,7 +41,7 @@ from broker.errors import ApexpsError, ServiceNotAvailable
 from broker.records import PublishType
 
 from ._batch_codec import DEFAULT_BATCH, ItemFields, batch_items
-from ._codec import Data
+from ._codec import Data, Option
 from ._endpoint import Endpoint
 from ._pubsub_codec import (
     Cancel,
@@ -85,8 +85,8 @@ log = structlog.get_logger(__name__)
 
 SERVICE = "apex=pubsub"
 _PLAIN = PublishMeta()
-#: Topics whose originator text one client keeps (more only start the cache over).
-_ORIGINS_LIMIT = 1024
+#: Topics whose address and originator text one client keeps (more start the caches over).
+_ORIGINS_LIMIT = _TOPICS_LIMIT = 1024
 
 
 class _Own(Enum):
@@ -152,6 +152,8 @@ class PubsubClient:
         self._links: dict[str, LinkListener] = {}
         #: reads the stamps of every batch this client gets (faster after the first)
         self._stamps = StampReader()
+        #: each topic's publication address, `apex=pubsub/TOPIC@D`
+        self._topics: dict[str, Endpoint] = {}
         #: each topic's originator text, for the deliveries a batch holds
         self._origins: dict[tuple[str, str], str] = {}
         self._closed = False
@@ -330,9 +332,18 @@ class PubsubClient:
         `publish_type`, `message_id` (the data item, with the topic), `token` (a permission
         token) and `publisher_seq` travel in the `apexps.publish` option (robust-binding §2.3);
         a plain update without the rest sends no option."""
-        to = Endpoint(SERVICE, self.service.domain, topic)
-        meta = PublishMeta(PublishType(publish_type), message_id, token, publisher_seq)
-        options = () if meta == _PLAIN else (publish_option(meta),)
+        to = self._topics.get(topic)
+        if to is None:
+            to = Endpoint(SERVICE, self.service.domain, topic)
+            if len(self._topics) >= _TOPICS_LIMIT:
+                self._topics.clear()
+            self._topics[topic] = to
+        if publish_type == PublishType.UPDATE and message_id is None and token is None \
+                and publisher_seq is None:
+            options: tuple[Option, ...] = ()  # a plain update: what PublishMeta() says
+        else:
+            meta = PublishMeta(PublishType(publish_type), message_id, token, publisher_seq)
+            options = () if meta == _PLAIN else (publish_option(meta),)
         await self.client.send(self.endpoint, [to], content, content_type, options=options)
 
     def _endpoint(self, who: Endpoint | str | None) -> Endpoint:
