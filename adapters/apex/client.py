@@ -328,9 +328,9 @@ class ApexClient:
         then waits for nothing). What is queued already goes to it first. For a consumer that
         routes each data at once (`PubsubClient`): it saves a task switch per data. The
         callback must not block."""
-        while not self._inbox.empty():
-            callback(self._inbox.get_nowait())
         self._on_data = callback
+        while not self._inbox.empty():
+            self._received(self._inbox.get_nowait())
 
     async def receive(self) -> AsyncIterator[Data]:
         """The data the relay delivers to us, until the connection ends."""

@@ -318,9 +318,9 @@ class ReconnectingApexClient:
     def deliver_to(self, callback: Callable[[Data | None], None]) -> None:
         """As `ApexClient.deliver_to`, across reconnections: None once `close()` or giving up
         ended them."""
-        while not self._inbox.empty():
-            callback(self._inbox.get_nowait())
         self._on_data = callback
+        while not self._inbox.empty():
+            self._received(self._inbox.get_nowait())
 
     def _received(self, data: Data | None) -> None:
         if self._on_data is None:
