@@ -18,6 +18,8 @@ import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
 
+import structlog
+
 from adapters.beep import (
     SASL_PROFILE_PREFIX,
     TLS_PROFILE,
@@ -68,6 +70,8 @@ from .server import APEX_WINDOW, READ_SIZE
 
 __all__ = ["DEFAULT_TIMEOUT", "ApexClient"]
 
+log = structlog.get_logger(__name__)
+
 #: Requests one client keeps unanswered at most (see `_in_flight`).
 MAX_IN_FLIGHT = 32
 #: MSGs the relay may have sent us that we have not answered yet. We answer each data as soon
@@ -103,6 +107,8 @@ class ApexClient:
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._inbox: asyncio.Queue[Data | None] = asyncio.Queue()
+        #: where received data go instead of `_inbox` (`deliver_to`)
+        self._on_data: Callable[[Data | None], None] | None = None
         self._channel = 0
         self._trans_ids = iter(range(1, 2**31))
         self._tuning = Tuning(self._conn)
@@ -189,7 +195,7 @@ class ApexClient:
             for future in self._pending.values():
                 if not future.done():
                     future.set_exception(ServiceNotAvailable("connection to the relay lost"))
-            self._inbox.put_nowait(None)
+            self._received(None)
             self._events.put_nowait(SessionClosed(clean=False))
 
     def _dispatch(self, event: Event) -> None:
@@ -216,7 +222,7 @@ class ApexClient:
         else:
             reply = Ok()
             if isinstance(operation, Data):
-                self._inbox.put_nowait(operation)
+                self._received(operation)
             elif not isinstance(operation, Terminate):  # a terminate just ends an attachment
                 reply = Error(550, "applications accept only data and terminate")
         content_type, body = encode(reply)
@@ -306,6 +312,25 @@ class ApexClient:
             return Endpoint.parse(e) if isinstance(e, str) else e
         await self._request(Data(parse(originator), tuple(parse(r) for r in recipients),
                                  content, content_type, tuple(options)))
+
+    def _received(self, data: Data | None) -> None:
+        if self._on_data is None:
+            self._inbox.put_nowait(data)
+            return
+        try:
+            self._on_data(data)
+        except Exception:  # the consumer's bug must not end the read loop
+            log.exception("data consumer failed")
+
+    def deliver_to(self, callback: Callable[[Data | None], None]) -> None:
+        """From now on hand each data the relay delivers to `callback`, in the read loop, and
+        None once the connection has ended, instead of queueing them for `receive()` (which
+        then waits for nothing). What is queued already goes to it first. For a consumer that
+        routes each data at once (`PubsubClient`): it saves a task switch per data. The
+        callback must not block."""
+        self._on_data = callback
+        while not self._inbox.empty():
+            self._received(self._inbox.get_nowait())
 
     async def receive(self) -> AsyncIterator[Data]:
         """The data the relay delivers to us, until the connection ends."""

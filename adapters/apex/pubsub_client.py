@@ -29,7 +29,6 @@ the connection went raises `ServiceNotAvailable`: the reply, if any, went to the
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
@@ -41,8 +40,8 @@ import structlog
 from broker.errors import ApexpsError, ServiceNotAvailable
 from broker.records import PublishType
 
-from ._batch_codec import DEFAULT_BATCH, Batch, decode_batch
-from ._codec import Data
+from ._batch_codec import DEFAULT_BATCH, ItemFields, batch_items
+from ._codec import Data, Option
 from ._endpoint import Endpoint
 from ._pubsub_codec import (
     Cancel,
@@ -86,6 +85,8 @@ log = structlog.get_logger(__name__)
 
 SERVICE = "apex=pubsub"
 _PLAIN = PublishMeta()
+#: Topics whose address and originator text one client keeps (more start the caches over).
+_ORIGINS_LIMIT = _TOPICS_LIMIT = 1024
 
 
 class _Own(Enum):
@@ -151,7 +152,14 @@ class PubsubClient:
         self._links: dict[str, LinkListener] = {}
         #: reads the stamps of every batch this client gets (faster after the first)
         self._stamps = StampReader()
-        self._task = asyncio.create_task(self._demux())
+        #: each topic's publication address, `apex=pubsub/TOPIC@D`
+        self._topics: dict[str, Endpoint] = {}
+        #: each topic's originator text, for the deliveries a batch holds
+        self._origins: dict[tuple[str, str], str] = {}
+        self._closed = False
+        # Each data is routed in the connection's read loop as it is decoded, not by a task of
+        # ours woken per data.
+        client.deliver_to(self._received)
         if isinstance(client, ReconnectingApexClient):
             client.add_listener(self._connection_event)
 
@@ -179,9 +187,7 @@ class PubsubClient:
         return cls(client, me, service_domain, link_events=link_events)
 
     async def close(self) -> None:
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        self._closed = True  # what the connection hands on from here is nobody's
         await self.client.close()
 
     async def __aenter__(self) -> PubsubClient:
@@ -326,9 +332,18 @@ class PubsubClient:
         `publish_type`, `message_id` (the data item, with the topic), `token` (a permission
         token) and `publisher_seq` travel in the `apexps.publish` option (robust-binding §2.3);
         a plain update without the rest sends no option."""
-        to = Endpoint(SERVICE, self.service.domain, topic)
-        meta = PublishMeta(PublishType(publish_type), message_id, token, publisher_seq)
-        options = () if meta == _PLAIN else (publish_option(meta),)
+        to = self._topics.get(topic)
+        if to is None:
+            to = Endpoint(SERVICE, self.service.domain, topic)
+            if len(self._topics) >= _TOPICS_LIMIT:
+                self._topics.clear()
+            self._topics[topic] = to
+        if publish_type == PublishType.UPDATE and message_id is None and token is None \
+                and publisher_seq is None:
+            options: tuple[Option, ...] = ()  # a plain update: what PublishMeta() says
+        else:
+            meta = PublishMeta(PublishType(publish_type), message_id, token, publisher_seq)
+            options = () if meta == _PLAIN else (publish_option(meta),)
         await self.client.send(self.endpoint, [to], content, content_type, options=options)
 
     def _endpoint(self, who: Endpoint | str | None) -> Endpoint:
@@ -355,9 +370,12 @@ class PubsubClient:
                     future.set_exception(ServiceNotAvailable(
                         "connection to the broker lost before its reply came"))
 
-    async def _demux(self) -> None:
-        async for data in self.client.receive():
+    def _received(self, data: Data | None) -> None:
+        if self._closed:
+            return
+        if data is not None:
             self._route(data)
+            return
         self._events.put_nowait(None)
         for link in list(self._links):
             self._to_link(link, None)
@@ -385,11 +403,11 @@ class PubsubClient:
         head = data.content.lstrip()[:64]
         if head.startswith(b"<batch"):
             try:
-                batch = decode_batch(data.content, self._stamps)
+                _, items = batch_items(data.content, self._stamps)
             except ApexpsError as exc:  # its holes get asked for again
                 log.warning("batch refused", originator=str(data.originator), error=str(exc))
                 return True
-            self._unpack(batch, data.originator.domain)
+            self._unpack(items, data.originator.domain)
             return True
         if not any(head.startswith(b"<" + t.encode()) for t in ROBUST_ELEMENTS):
             return False
@@ -411,23 +429,29 @@ class PubsubClient:
             self._events.put_nowait(LinkEvent(stamp, doc))
         return True
 
-    def _unpack(self, batch: Batch, domain: str) -> None:
-        """Hand each item of `batch` on as if it had come as a data of its own."""
-        origins: dict[str, str] = {}
-        for item in batch.items:
-            stamp = item.stamp
-            if item.document is not None:
-                event = LinkEvent(stamp, item.document)
+    def _unpack(self, items: Iterable[ItemFields], domain: str) -> None:
+        """Hand each item of a batch on as if it had come as a data of its own."""
+        for stamp, content, content_type, document in items:
+            if document is not None:
+                event = LinkEvent(stamp, document)
                 if not self._to_link(stamp.link, event) and self.link_events:
                     self._events.put_nowait(event)
                 continue
             topic = stamp.topic or ""
-            origin = origins.get(topic)
-            if origin is None:
-                origin = origins[topic] = str(Endpoint(SERVICE, domain, topic))
-            delivered = Delivered(topic, origin, item.content, item.content_type, stamp)
+            delivered = Delivered(topic, self._origin(domain, topic), content, content_type,
+                                  stamp)
             if not self._to_link(stamp.link, delivered):
                 self._events.put_nowait(delivered)
+
+    def _origin(self, domain: str, topic: str) -> str:
+        """`apex=pubsub/TOPIC@DOMAIN`, the originator a delivery of `topic` would have had."""
+        key = (domain, topic)
+        origin = self._origins.get(key)
+        if origin is None:
+            if len(self._origins) >= _ORIGINS_LIMIT:
+                self._origins.clear()
+            origin = self._origins[key] = str(Endpoint(SERVICE, domain, topic))
+        return origin
 
     def _route(self, data: Data) -> None:
         origin = data.originator

@@ -205,6 +205,7 @@ class ReconnectingApexClient:
         self._attachments: dict[int, _Attachment] = {}
         self._trans_ids = itertools.count(1)
         self._inbox: asyncio.Queue[Data | None] = asyncio.Queue()
+        self._on_data: Callable[[Data | None], None] | None = None
         self._listeners = _Listeners()
         self._closing = False
         self._final: ServiceNotAvailable | None = None
@@ -314,6 +315,22 @@ class ReconnectingApexClient:
         client = await self._client()
         await client.send(originator, recipients, content, content_type, options=options)
 
+    def deliver_to(self, callback: Callable[[Data | None], None]) -> None:
+        """As `ApexClient.deliver_to`, across reconnections: None once `close()` or giving up
+        ended them."""
+        self._on_data = callback
+        while not self._inbox.empty():
+            self._received(self._inbox.get_nowait())
+
+    def _received(self, data: Data | None) -> None:
+        if self._on_data is None:
+            self._inbox.put_nowait(data)
+            return
+        try:
+            self._on_data(data)
+        except Exception:  # the consumer's bug must not end the supervisor
+            log.exception("data consumer failed", server=self.server)
+
     async def receive(self) -> AsyncIterator[Data]:
         """The data the relay delivers to us, across reconnections, until `close()` or until
         reconnecting gives up."""
@@ -344,8 +361,11 @@ class ReconnectingApexClient:
         error: ServiceNotAvailable | None = None
         try:
             while (client := self._current) is not None:
-                async for data in client.receive():
-                    self._inbox.put_nowait(data)
+                # Each data goes on from the connection's read loop (no task switch here); this
+                # task only waits for the connection's end.
+                ended = asyncio.Event()
+                client.deliver_to(functools.partial(self._from_connection, ended))
+                await ended.wait()
                 self._up.clear()
                 self.disconnects += 1
                 reason = "the relay closed the session or the connection dropped"
@@ -361,10 +381,16 @@ class ReconnectingApexClient:
         finally:
             self._final = error or ServiceNotAvailable("the client was closed")
             self._up.clear()
-            self._inbox.put_nowait(None)
+            self._received(None)
             self._listeners.emit(Closed(error))
             if error is not None:
                 log.error("apex reconnect gave up", server=self.server, error=str(error))
+
+    def _from_connection(self, ended: asyncio.Event, data: Data | None) -> None:
+        if data is None:
+            ended.set()
+        else:
+            self._received(data)
 
     async def _drop_current(self) -> None:
         client, self._current = self._current, None

@@ -85,6 +85,7 @@ DEFAULT_SAVE_INTERVAL = 0.1
 MIN_TICK, MAX_TICK = 0.05, 1.0
 
 Notice = Delayed | SilentLink | Reset | Repaired | Lost | LinkRefused
+_OCTETS = "application/octet-stream"
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,9 +314,12 @@ class RobustSubscriber:
             elif isinstance(item, Delivered):
                 if item.stamp is None:
                     return
-                payload = _Payload(item.content)
-                payload.content_type = item.content_type
-                actions = self.stub.receive(item.stamp, payload, now)
+                if item.content_type == _OCTETS:  # what a payload without a type says
+                    actions = self.stub.receive(item.stamp, item.content, now)
+                else:
+                    payload = _Payload(item.content)
+                    payload.content_type = item.content_type
+                    actions = self.stub.receive(item.stamp, payload, now)
             else:
                 actions = self.stub.receive(item.stamp, b"", now)
         except ApexpsError as exc:  # a stamp beyond the advertised resolution
@@ -359,7 +363,7 @@ class RobustSubscriber:
         sources[stamp.source] = stamp.source_seq
         self._position = Positions(self.link, before.bits, stamp.epoch, stamp.link_seq,
                                    before.time if stamp.time is None else stamp.time, sources)
-        content_type = getattr(action.content, "content_type", "application/octet-stream")
+        content_type = getattr(action.content, "content_type", _OCTETS)
         message = Message(stamp, action.content, content_type)
         if stamp.refill:
             self.refilled += 1

@@ -334,6 +334,7 @@ class SubscriberStub:
                  request_ids: Callable[[], int] | None = None) -> None:
         self.link = validate_link_id(link_id)
         self.space = LinkSeqSpace(bits)
+        self._maximum = self.space.maximum
         if heartbeat_interval <= 0:
             raise InvalidParameter("the heartbeat interval is positive")
         self.heartbeat_interval = heartbeat_interval
@@ -402,7 +403,7 @@ class SubscriberStub:
         if stamp.link != self.link:
             raise InvalidParameter(f"a stamp of link {stamp.link!r} reached the stub of"
                                    f" {self.link!r}")
-        if stamp.link_seq > self.space.maximum:
+        if stamp.link_seq > self._maximum:
             raise InvalidParameter(f"link seq {stamp.link_seq} is beyond the advertised"
                                    f" {self.space.bits} bits")
         self._heard = now
@@ -585,7 +586,10 @@ class SubscriberStub:
         if stamp.kind is StampKind.RESET:
             self.counters.duplicates += 1
             return
-        ahead = self.space.distance(self._seq, stamp.link_seq)
+        seq = stamp.link_seq
+        # the next seq is by far the commonest case: no serial arithmetic for it
+        ahead = 1 if seq == self._seq + 1 and seq <= self._maximum \
+            else self.space.distance(self._seq, seq)
         if ahead <= 0:
             self.counters.duplicates += 1
             return
@@ -675,6 +679,8 @@ class SubscriberStub:
 
     def _fill(self, out: list[Action], at: int, now: float) -> None:
         """`at` arrived: take it out of its hole; report the hole repaired when it closes."""
+        if not self._missing:
+            return
         found = next((i for i, (lo, hi, _) in enumerate(self._missing) if lo <= at <= hi), None)
         if found is None:
             return

@@ -109,12 +109,25 @@ class FakeApex:
 
     def __init__(self) -> None:
         self.inbox: asyncio.Queue[Data | None] = asyncio.Queue()
+        self.consumer: Callable[[Data | None], None] | None = None
         self.sent: list[object] = []
         self.posted = asyncio.Event()
 
     async def receive(self) -> AsyncIterator[Data]:
         while (data := await self.inbox.get()) is not None:
             yield data
+
+    def deliver_to(self, callback: Callable[[Data | None], None]) -> None:
+        while not self.inbox.empty():
+            callback(self.inbox.get_nowait())
+        self.consumer = callback
+
+    def _put(self, data: Data | None) -> None:
+        # as ApexClient does: to the consumer, from the event loop (as a read would)
+        if self.consumer is None:
+            self.inbox.put_nowait(data)
+        else:
+            asyncio.get_running_loop().call_soon(self.consumer, data)
 
     async def send(self, originator: Endpoint, recipients: Iterable[Endpoint], content: bytes,
                    content_type: str = "application/octet-stream", *,
@@ -126,11 +139,10 @@ class FakeApex:
             self.reply(Capabilities(16, 5_000, 60_000, 100, 1_000, -1, trans_id=doc.trans_id))
 
     async def close(self) -> None:
-        self.inbox.put_nowait(None)
+        self._put(None)
 
     def reply(self, doc: Capabilities | LinkReply) -> None:
-        self.inbox.put_nowait(Data(SERVICE, (ME,), encode_robust(doc), BEEP_XML,
-                                   content_ref="#Content"))
+        self._put(Data(SERVICE, (ME,), encode_robust(doc), BEEP_XML, content_ref="#Content"))
 
     def stamped(self, stamp: Stamp, content: bytes = b"", content_type: str = "text/plain",
                 ) -> None:
@@ -140,8 +152,8 @@ class FakeApex:
         else:
             origin, body, kind, ref = SERVICE, encode_robust(Heartbeat(5_000)), BEEP_XML, \
                 "#Content"
-        self.inbox.put_nowait(Data(origin, (ME,), body, kind,
-                                   recipient_options=((stamp_option(stamp),),), content_ref=ref))
+        self._put(Data(origin, (ME,), body, kind, recipient_options=((stamp_option(stamp),),),
+                       content_ref=ref))
 
     async def next_posted(self) -> object:
         while not self.sent:
@@ -164,7 +176,7 @@ def client_over(fake: FakeApex) -> PubsubClient:
 
 
 async def settle() -> None:
-    """Let the client's demux task route what the fake put in front of it."""
+    """Let the client route what the fake put in front of it."""
     for _ in range(5):
         await asyncio.sleep(0)
 
