@@ -110,8 +110,9 @@ _PLAIN_OK = encode(Ok())[1]
 DEFAULT_GREETING_TIMEOUT = 10.0
 #: Unsent octets one connection may pile up (two BEEP maximum messages) before it is dropped.
 DEFAULT_MAX_OUTBOUND = 8 * 1024 * 1024
-#: Octets asked of the socket per read (by clients; the server's transports choose their own).
-READ_SIZE = 64 * 1024
+#: The most one read hands over: asyncio's and uvloop's transports read at most 256 KiB at a
+#: time (the BEEP decoder bounds what it keeps of that).
+READ_SIZE = 256 * 1024
 #: Seconds before the first retry of a lost peer link; each failure doubles it ...
 DEFAULT_PEER_BACKOFF = 0.5
 #: ... up to this, so a relay that is down for hours costs one connection attempt a minute.
