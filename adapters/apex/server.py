@@ -673,6 +673,9 @@ class ApexServer:
             return False
         if session.greeting_timer is not None:  # the handshake has its own timeout
             session.greeting_timer.cancel()
+        # The peer's ClientHello must not be read as plain text: `start_tls` resumes reading
+        # once its TLS protocol has the transport.
+        session.transport.pause_reading()
         session.early = []
         session.handshake = asyncio.create_task(self._handshake(session, tuning))
         return True
