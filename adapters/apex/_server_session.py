@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Protocol, cast
 
 from adapters.beep import BeepConnection
 
+from ._relay import ChannelRef
+
 if TYPE_CHECKING:
     from .server import PeerLink
 
@@ -46,9 +48,9 @@ class SessionHandler(Protocol):
 class ServerSession(asyncio.Protocol):
     """One connection of the server: accepted (`link` None) or opened to a peer relay."""
 
-    __slots__ = ("bound_channel", "channels", "conn", "context", "dropped", "early", "ended",
-                 "greeting_timer", "handler", "handshake", "link", "lost_reason", "number", "peer",
-                 "transport", "waiting")
+    __slots__ = ("bound_channel", "bound_ref", "channels", "conn", "context", "dropped",
+                 "early", "ended", "greeting_timer", "handler", "handshake", "link",
+                 "lost_reason", "number", "peer", "transport", "waiting")
 
     transport: asyncio.Transport
 
@@ -60,6 +62,8 @@ class ServerSession(asyncio.Protocol):
         #: the log context of everything this session does (see the module docstring)
         self.context = contextvars.copy_context()
         self.bound_channel: int | None = None
+        #: `ChannelRef(number, bound_channel)`, made once per binding, not per MSG
+        self.bound_ref = ChannelRef(number, 0)
         #: APEX channels open on the session
         self.channels: set[int] = set()
         #: per channel, the task that sends the latest reply still waiting for a service: BEEP
