@@ -64,8 +64,10 @@ from ._codec import (
     Terminate,
     decode,
     encode,
+    plain_data,
 )
 from ._endpoint import Endpoint
+from ._errors import ParameterSyntaxError
 from .server import APEX_WINDOW, READ_SIZE
 
 __all__ = ["DEFAULT_TIMEOUT", "ApexClient"]
@@ -80,6 +82,9 @@ MAX_IN_FLIGHT = 32
 CLIENT_MAX_PENDING = READ_SIZE // 16
 #: Seconds to wait for the relay's greeting, channel start and each reply.
 DEFAULT_TIMEOUT = 30.0
+#: Recipient lists one client remembers parsed (a publisher has one, a chat client a few);
+#: past this many the memory starts over.
+_RECIPIENT_LISTS = 64
 
 
 class ApexClient:
@@ -120,6 +125,8 @@ class ApexClient:
         #: reads that came during the TLS handshake (None when there is none)
         self._early: list[bytes] | None = None
         self._handshake_task: asyncio.Task[None] | None = None
+        #: recipient lists sent to lately, as given and as endpoints (`_parse_recipients`)
+        self._recipients: dict[tuple[Endpoint | str, ...], tuple[Endpoint, ...]] = {}
 
     @classmethod
     async def connect(cls, host: str, port: int, timeout: float = DEFAULT_TIMEOUT, *,
@@ -213,7 +220,7 @@ class ApexClient:
         self._events.put_nowait(SessionClosed(clean=False))
 
     def _dispatch(self, event: Event) -> None:
-        if isinstance(event, ReplyReceived | ErrorReplyReceived):
+        if type(event) is ReplyReceived or isinstance(event, ReplyReceived | ErrorReplyReceived):
             future = self._pending.pop(event.msgno, None)
             deadlines = self._deadlines
             while deadlines and deadlines[0][1] not in self._pending:
@@ -326,10 +333,27 @@ class ApexClient:
                    options: Iterable[Option] = ()) -> None:
         """Send data (with per-data `options`, e.g. RFC 3342's dataTiming); raise the
         `ApexpsError` of the relay's error reply, if any."""
-        def parse(e: Endpoint | str) -> Endpoint:
-            return Endpoint.parse(e) if isinstance(e, str) else e
-        await self._request(Data(parse(originator), tuple(parse(r) for r in recipients),
-                                 content, content_type, tuple(options)))
+        sender = Endpoint.parse(originator) if isinstance(originator, str) else originator
+        to = self._parse_recipients(recipients)
+        if options:
+            data = Data(sender, to, content, content_type, tuple(options))
+        elif to:
+            data = plain_data(sender, to, content, content_type)
+        else:
+            raise ParameterSyntaxError("a data element needs one or more recipients")
+        await self._request(data)
+
+    def _parse_recipients(self, recipients: Iterable[Endpoint | str]) -> tuple[Endpoint, ...]:
+        """The recipients as endpoints. The same few lists are sent to again and again: the
+        tuple is remembered, which also lets `encode` find the parties' XML by identity."""
+        key = recipients if type(recipients) is tuple else tuple(recipients)
+        parsed = self._recipients.get(key)
+        if parsed is None:
+            parsed = tuple(Endpoint.parse(r) if isinstance(r, str) else r for r in key)
+            if len(self._recipients) >= _RECIPIENT_LISTS:
+                self._recipients.clear()
+            self._recipients[key] = parsed
+        return parsed
 
     async def receive(self) -> AsyncIterator[Data]:
         """The data the relay delivers to us, until the connection ends."""

@@ -268,8 +268,9 @@ class Tuning:
         out: list[Event] = []
         tuning_channels = self._channels
         for event in events:
-            if type(event) is MessageReceived and event.channel not in tuning_channels \
-                    and self._ready is None:
+            kind = type(event)
+            if (kind is MessageReceived or kind is ReplyReceived) and self._ready is None \
+                    and event.channel not in tuning_channels:  # type: ignore[attr-defined]
                 out.append(event)  # `_on` would pass it on as it is: nearly every event
                 continue
             if self._ready is not None:

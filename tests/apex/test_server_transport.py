@@ -29,7 +29,7 @@ from adapters.beep import (
     Role,
 )
 from adapters.cli import loop as event_loop
-from broker.errors import NotTaken
+from broker.errors import InvalidParameter, NotTaken, ParameterSyntaxError
 
 T = TypeVar("T")
 FRED = Endpoint.parse("fred@example.com")
@@ -213,3 +213,34 @@ def test_tls_on_the_same_transport_then_pipelined_data(loop: str, ca: trustme.CA
     over and data flows over TLS, many in flight, on both loops."""
     contents = [b"%d" % i + PAYLOAD[:1000] for i in range(50)]
     assert run(_over_tls(ca, contents)) == contents
+
+
+async def _sends_by_every_spelling() -> tuple[list[tuple[str, bytes]], bool, bool]:
+    async with ApexServer(Relay("example.com")) as server:
+        fred = await ApexClient.connect("127.0.0.1", server.port)
+        await fred.attach("fred@example.com")
+        await fred.attach("fred/b@example.com")
+        # the same recipients as a list, a tuple, endpoints, a generator: parsed once, the same
+        for recipients in (["fred@example.com"], ("fred/b@example.com",), [FRED],
+                           (r for r in ["fred@example.com", "fred/b@example.com"])):
+            await fred.send(FRED, recipients, b"1")
+        inbox = fred.receive()
+        got = [(str((d := await asyncio.wait_for(anext(inbox), 10)).recipients[0]), d.content)
+               for _ in range(5)]
+        with pytest.raises(ParameterSyntaxError):
+            await fred.send("fred@example.com", [], b"to nobody")
+        with pytest.raises(InvalidParameter):
+            await fred.send("fred@example.com", ["not an endpoint"], b"x")
+        still = (await asyncio.wait_for(fred.send(FRED, ["fred@example.com"], b"2"), 10)) is None
+        await fred.close()
+        return got, still, (await fred._wire.closed) is None
+
+
+def test_recipients_in_any_spelling_reach_them(loop: str) -> None:
+    """A client's send takes recipients as strings or endpoints in any iterable (it remembers
+    lists it parsed); none, or one that is no endpoint, is refused before anything is sent."""
+    got, still, closed = run(_sends_by_every_spelling())
+    assert sorted(got) == sorted([("fred@example.com", b"1"), ("fred/b@example.com", b"1"),
+                                  ("fred@example.com", b"1"), ("fred@example.com", b"1"),
+                                  ("fred/b@example.com", b"1")])
+    assert still and closed
