@@ -73,6 +73,7 @@ __all__ = [
     "Terminate",
     "decode",
     "encode",
+    "plain_data",
 ]
 
 #: RFC 3340 §4.2: the profile URI.
@@ -190,6 +191,33 @@ class Data:
         return Data(self.originator, tuple(self.recipients[i] for i in indexes), self.content,
                     self.content_type, self.options, self.originator_options, opts,
                     self.content_ref)
+
+
+# A data decoded or sent on the common path is put together from its slots: a frozen
+# dataclass's __init__ goes through object.__setattr__ once per field (eight here) and then
+# __post_init__, which cost as much as the rest of decoding it. `plain_data` is for callers that
+# know what `__post_init__` checks to hold: recipients, and no per-recipient options.
+_set_data_fields = tuple(Data.__dict__[name].__set__ for name in (
+    "originator", "recipients", "content", "content_type", "options", "originator_options",
+    "recipient_options", "content_ref"))
+
+
+def plain_data(originator: Endpoint, recipients: tuple[Endpoint, ...], content: bytes,
+               content_type: str, content_ref: str | None = None) -> Data:
+    """`Data(originator, recipients, content, content_type, content_ref=content_ref)`, without
+    options, for one or more `recipients` (not checked: the caller's to ensure)."""
+    data: Data = object.__new__(Data)
+    set_originator, set_recipients, set_content, set_type, set_options, set_originator_options, \
+        set_recipient_options, set_ref = _set_data_fields
+    set_originator(data, originator)
+    set_recipients(data, recipients)
+    set_content(data, content)
+    set_type(data, content_type)
+    set_options(data, ())
+    set_originator_options(data, ())
+    set_recipient_options(data, ())
+    set_ref(data, content_ref)
+    return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,8 +444,9 @@ def _decode_fast(content_type: str, body: bytes) -> Data | None:
     if (layout is None or len(layout.recipients) > DEFAULT_MAX_RECIPIENTS
             or len(layout.content) > DEFAULT_MAX_CONTENT_SIZE):
         return None
-    return Data(layout.originator, layout.recipients, layout.content, layout.content_type,
-                (), (), (), layout.content_ref)
+    # match_data found at least one recipient and no options
+    return plain_data(layout.originator, layout.recipients, layout.content,
+                      layout.content_type, layout.content_ref)
 
 
 def _decode_general(content_type: str, body: bytes) -> Operation:

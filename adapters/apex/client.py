@@ -1,11 +1,12 @@
 """`ApexClient`: an application attached to an APEX relay (endpoint-relay mode, RFC 3340 §2.1).
 
-The asyncio shell around an INITIATOR `BeepConnection`: one reader task turns received bytes into
-events, resolves the future of each MSG we sent when its RPY/ERR arrives, and answers each `data`
-the relay delivers with `ok` after queueing it for `receive()`.
+The asyncio shell around an INITIATOR `BeepConnection`: each read the transport delivers (through
+`ClientWire`, its `asyncio.Protocol`) is turned into events at once, which resolve the future of
+each MSG we sent when its RPY/ERR arrives, and each `data` the relay delivers is answered with
+`ok` after being queued for `receive()`.
 
 `connect(..., tls=context)` asks for the TLS tuning profile first (RFC 3080 §3.1) and, on
-`proceed`, upgrades the same transport with `StreamWriter.start_tls` before greeting again;
+`proceed`, upgrades the same transport with `loop.start_tls` before greeting again;
 `sasl=(user, password)` then authenticates with SCRAM-SHA-256 or PLAIN (§4.1) before the APEX
 channel starts.
 """
@@ -52,6 +53,7 @@ from broker.errors import (
     ServiceNotAvailable,
 )
 
+from ._client_transport import ClientWire, Slots
 from ._codec import (
     APEX_PROFILE,
     Attach,
@@ -64,8 +66,10 @@ from ._codec import (
     Terminate,
     decode,
     encode,
+    plain_data,
 )
 from ._endpoint import Endpoint
+from ._errors import ParameterSyntaxError
 from .server import APEX_WINDOW, READ_SIZE
 
 __all__ = ["DEFAULT_TIMEOUT", "ApexClient"]
@@ -78,18 +82,22 @@ MAX_IN_FLIGHT = 32
 #: as its frame is parsed, but every MSG that one read completes is parsed before the first
 #: answer goes out: a relay's burst (a gap fill, a busy fan-out) completes hundreds in a read,
 #: and the BEEP default (64, meant for peers whose answers take a while) ended the session on
-#: it. An empty MSG frame is 20 octets, so one READ_SIZE read completes fewer than this.
+#: it. An empty MSG frame is 20 octets, so one read (READ_SIZE at most) completes fewer than this.
 CLIENT_MAX_PENDING = READ_SIZE // 16
 #: Seconds to wait for the relay's greeting, channel start and each reply.
 DEFAULT_TIMEOUT = 30.0
+#: Recipient lists one client remembers parsed (a publisher has one, a chat client a few);
+#: past this many the memory starts over.
+_RECIPIENT_LISTS = 64
 
 
 class ApexClient:
     """Use `await ApexClient.connect(host, port)`; then `attach`, `send`, `receive`, `close`."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 timeout: float = DEFAULT_TIMEOUT, config: BeepConfig | None = None) -> None:
-        self._reader, self._writer, self.timeout = reader, writer, timeout
+    def __init__(self, timeout: float = DEFAULT_TIMEOUT, config: BeepConfig | None = None
+                 ) -> None:
+        """Prefer `connect`: this makes a client whose transport `connect` then opens."""
+        self.timeout = timeout
         self._conn = BeepConnection(
             Role.INITIATOR, config or BeepConfig(window_size=APEX_WINDOW,
                                                  max_pending_messages=CLIENT_MAX_PENDING),
@@ -104,7 +112,7 @@ class ApexClient:
         self._flush_due = False
         #: requests awaiting their reply at once: pipelining helps, but a relay cuts off a
         #: channel with more MSGs pending than its limit (BeepConfig's default is 64)
-        self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self._in_flight = Slots(MAX_IN_FLIGHT)
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._inbox: asyncio.Queue[Data | None] = asyncio.Queue()
         #: where received data go instead of `_inbox` (`deliver_to`)
@@ -117,7 +125,14 @@ class ApexClient:
         #: called with each `terminate` the relay sends us (e.g. 556: our endpoint was attached
         #: elsewhere with attachOverride), after it has been answered
         self.on_terminate: Callable[[Terminate], None] | None = None
-        self._task = asyncio.create_task(self._read_loop())
+        self._wire = ClientWire(self._received, self._lost)
+        #: the session is over (the transport failed or we gave it up): no more requests
+        self._over = False
+        #: reads that came during the TLS handshake (None when there is none)
+        self._early: list[bytes] | None = None
+        self._handshake_task: asyncio.Task[None] | None = None
+        #: recipient lists sent to lately, as given and as endpoints (`_parse_recipients`)
+        self._recipients: dict[tuple[Endpoint | str, ...], tuple[Endpoint, ...]] = {}
 
     @classmethod
     async def connect(cls, host: str, port: int, timeout: float = DEFAULT_TIMEOUT, *,
@@ -134,8 +149,9 @@ class ApexClient:
             sasl: authenticate as (user, password) with `mechanism`: "SCRAM-SHA-256" (never
                 sends the password) or "PLAIN" (needs `tls`; relays offer it only under TLS).
         """
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-        client = cls(reader, writer, timeout, config)
+        client = cls(timeout, config)
+        await asyncio.wait_for(asyncio.get_running_loop().create_connection(
+            lambda: client._wire, host, port), timeout)
         try:  # whatever fails (or is cancelled) from here on, the connection must not linger
             client._conn.send_greeting()
             client._flush()
@@ -165,8 +181,10 @@ class ApexClient:
     def _flush(self) -> None:
         self._flush_due = False
         data = self._conn.data_to_send()
-        if data and not self._writer.is_closing():  # a scheduled flush may come after close
-            self._writer.write(data)
+        if data:
+            transport = self._wire.transport
+            if not transport.is_closing():  # a scheduled flush may come after close
+                transport.write(data)
 
     def _flush_soon(self) -> None:
         """Write what is queued at the end of this event-loop turn: requests sent together
@@ -175,31 +193,40 @@ class ApexClient:
             self._flush_due = True
             asyncio.get_running_loop().call_soon(self._flush)
 
-    async def _read_loop(self) -> None:
-        try:
-            while True:
-                data = await self._reader.read(READ_SIZE)
-                events = self._tuning.receive_data(data)
-                for event in events:
-                    self._dispatch(event)
-                self._flush()
-                if any(isinstance(e, ProtocolViolation) and e.terminate for e in events):
-                    self._writer.close()  # the session is dead, so is its transport (§2.2.1.1)
-                    break
-                if not data or not await self._upgrade():
-                    break
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            self._stop_sweeping()
-            for future in self._pending.values():
-                if not future.done():
-                    future.set_exception(ServiceNotAvailable("connection to the relay lost"))
-            self._received(None)
-            self._events.put_nowait(SessionClosed(clean=False))
+    def _received(self, data: bytes) -> None:
+        """One read (`b""`: end-of-file): dispatch its events, write what they queued."""
+        if self._over:
+            return
+        if self._early is not None:  # the TLS handshake is under way
+            self._early.append(data)
+            return
+        events = self._tuning.receive_data(data)
+        for event in events:
+            self._dispatch(event)
+        self._flush()
+        if not data or any(isinstance(e, ProtocolViolation) and e.terminate for e in events):
+            self._end()  # the session is dead, so is its transport (§2.2.1.1)
+        elif self._tuning.must_begin_tls:
+            self._upgrade()
+
+    def _lost(self, exc: Exception | None) -> None:
+        self._end()
+
+    def _end(self) -> None:
+        """The session is over: close the transport, fail what waits for the relay. Once."""
+        if self._over:
+            return
+        self._over = True
+        self._wire.transport.close()
+        self._stop_sweeping()
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(ServiceNotAvailable("connection to the relay lost"))
+        self._deliver(None)
+        self._events.put_nowait(SessionClosed(clean=False))
 
     def _dispatch(self, event: Event) -> None:
-        if isinstance(event, ReplyReceived | ErrorReplyReceived):
+        if type(event) is ReplyReceived or isinstance(event, ReplyReceived | ErrorReplyReceived):
             future = self._pending.pop(event.msgno, None)
             deadlines = self._deadlines
             while deadlines and deadlines[0][1] not in self._pending:
@@ -222,7 +249,7 @@ class ApexClient:
         else:
             reply = Ok()
             if isinstance(operation, Data):
-                self._received(operation)
+                self._deliver(operation)
             elif not isinstance(operation, Terminate):  # a terminate just ends an attachment
                 reply = Error(550, "applications accept only data and terminate")
         content_type, body = encode(reply)
@@ -233,21 +260,24 @@ class ApexClient:
                 self._conn.send_rpy(event.channel, event.msgno, body, content_type)
         except LocalProtocolError:
             # The read that completed this MSG also ended the session (a violation further
-            # on): there is no one left to answer, and the read loop must go on to its end.
+            # on): there is no one left to answer, and the rest of the read is still handled.
             return
         if isinstance(operation, Terminate) and self.on_terminate is not None:
             self.on_terminate(operation)
 
     async def _request(self, operation: Operation) -> None:
-        async with self._in_flight:
+        await self._in_flight.take()
+        try:
             reply = await self._exchange(operation)
+        finally:
+            self._in_flight.give_back()
         if isinstance(reply, Error):
             raise reply.exception()
         if not isinstance(reply, Ok):
             raise NotTaken(f"the relay answered with <{type(reply).__name__.lower()}>")
 
     async def _exchange(self, operation: Operation) -> Operation:
-        if self._task.done():  # nobody would ever resolve the reply's future
+        if self._over:  # nobody would ever resolve the reply's future
             raise ServiceNotAvailable("connection to the relay lost")
         content_type, body = encode(operation)
         msgno = self._conn.send_msg(self._channel, body, content_type)
@@ -258,7 +288,8 @@ class ApexClient:
         if self._sweeper is None:
             self._sweeper = loop.call_later(self.timeout, self._sweep)
         self._flush_soon()
-        await self._writer.drain()
+        if self._wire.paused:
+            await self._wire.writable()
         return await future
 
     def _stop_sweeping(self) -> None:
@@ -308,12 +339,29 @@ class ApexClient:
                    options: Iterable[Option] = ()) -> None:
         """Send data (with per-data `options`, e.g. RFC 3342's dataTiming); raise the
         `ApexpsError` of the relay's error reply, if any."""
-        def parse(e: Endpoint | str) -> Endpoint:
-            return Endpoint.parse(e) if isinstance(e, str) else e
-        await self._request(Data(parse(originator), tuple(parse(r) for r in recipients),
-                                 content, content_type, tuple(options)))
+        sender = Endpoint.parse(originator) if isinstance(originator, str) else originator
+        to = self._parse_recipients(recipients)
+        if options:
+            data = Data(sender, to, content, content_type, tuple(options))
+        elif to:
+            data = plain_data(sender, to, content, content_type)
+        else:
+            raise ParameterSyntaxError("a data element needs one or more recipients")
+        await self._request(data)
 
-    def _received(self, data: Data | None) -> None:
+    def _parse_recipients(self, recipients: Iterable[Endpoint | str]) -> tuple[Endpoint, ...]:
+        """The recipients as endpoints. The same few lists are sent to again and again: the
+        tuple is remembered, which also lets `encode` find the parties' XML by identity."""
+        key = recipients if type(recipients) is tuple else tuple(recipients)
+        parsed = self._recipients.get(key)
+        if parsed is None:
+            parsed = tuple(Endpoint.parse(r) if isinstance(r, str) else r for r in key)
+            if len(self._recipients) >= _RECIPIENT_LISTS:
+                self._recipients.clear()
+            self._recipients[key] = parsed
+        return parsed
+
+    def _deliver(self, data: Data | None) -> None:
         if self._on_data is None:
             self._inbox.put_nowait(data)
             return
@@ -330,7 +378,7 @@ class ApexClient:
         callback must not block."""
         self._on_data = callback
         while not self._inbox.empty():
-            self._received(self._inbox.get_nowait())
+            self._deliver(self._inbox.get_nowait())
 
     async def receive(self) -> AsyncIterator[Data]:
         """The data the relay delivers to us, until the connection ends."""
@@ -347,12 +395,18 @@ class ApexClient:
             self._conn.close_session()
             self._flush()
             await asyncio.wait_for(self._expect(SessionClosed), self.timeout)
-        self._writer.close()
-        self._task.cancel()
-        self._stop_sweeping()
-        with contextlib.suppress(asyncio.CancelledError, ConnectionError):
-            await self._task
-            await self._writer.wait_closed()
+        await self._abort()
+
+    async def _abort(self) -> None:
+        """Drop the connection, whatever state it is in; return once the transport is gone
+        (or, if it cannot write what it holds within `timeout`, cut off)."""
+        self._end()
+        if self._handshake_task is not None:
+            self._handshake_task.cancel()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._wire.closed), self.timeout)
+        except TimeoutError:
+            self._wire.transport.abort()
 
     # --- tuning: TLS and SASL (RFC 3080 §3, §4) -------------------------------------------
 
@@ -376,33 +430,37 @@ class ApexClient:
             raise ServiceNotAvailable(
                 f"TLS handshake with {server_hostname} failed: {self._tls_error}") from None
 
-    async def _abort(self) -> None:
-        """Drop the connection after a failed tuning step, whatever state it is in."""
-        self._writer.close()
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, ConnectionError, OSError):
-            await self._task
-            await self._writer.wait_closed()
-
-    async def _upgrade(self) -> bool:
-        """After `proceed`: hand the transport to TLS and greet again (in the read loop, so
-        no read is pending while the transport changes). False if the handshake failed."""
-        if not self._tuning.must_begin_tls:
-            return True
-        assert self._tls is not None
+    def _upgrade(self) -> None:
+        """After `proceed`: hand the transport to TLS (reads wait in `_early` meanwhile) and
+        greet again once the handshake is done."""
         if self._tuning.begin_tls():
             self._tls_error = NotTaken("the relay spoke before the TLS handshake")
-            return False
+            self._end()
+            return
+        # Nothing may be read as plain text from here on: `start_tls` resumes reading once
+        # its TLS protocol has the transport.
+        self._wire.transport.pause_reading()
+        self._early = []
+        self._handshake_task = asyncio.create_task(self._handshake())
+
+    async def _handshake(self) -> None:
+        assert self._tls is not None
         context, hostname = self._tls
         try:
-            await self._writer.start_tls(context, server_hostname=hostname,
-                                         ssl_handshake_timeout=self.timeout)
+            transport = await asyncio.get_running_loop().start_tls(
+                self._wire.transport, self._wire, context, server_hostname=hostname,
+                ssl_handshake_timeout=self.timeout)
         except (ssl.SSLError, OSError, TimeoutError) as exc:
             self._tls_error = exc
-            return False
+            self._end()
+            return
+        assert transport is not None
+        self._wire.transport = transport
         self._tuning.tls_established()
         self._flush()
-        return True
+        early, self._early = self._early or [], None
+        for data in early:
+            self._received(data)
 
     async def _authenticate(self, greeting: Event, user: str, password: str,
                             mechanism: str) -> None:

@@ -1,12 +1,14 @@
 """`ApexServer`: the asyncio shell around `BeepConnection` (LISTENER) and the `Relay` core.
 
-One task per TCP connection reads bytes into its `BeepConnection`, turns APEX MSGs into relay
-operations and writes what the connection queues. The relay's deliveries go out on whichever
+Each TCP connection is a `ServerSession`, the `asyncio.Protocol` of its transport: every read
+goes straight into its `BeepConnection`, APEX MSGs become relay operations, and what the
+connection queues is written at the end of the read. The relay's deliveries go out on whichever
 session holds the target channel. Every operation is logged once, with `peer` and `channel`
-bound through structlog's contextvars. Limits: reads of at most `READ_SIZE` octets (the BEEP
-decoder bounds what it keeps), a connection whose unsent output passes `max_outbound` is dropped
-(a reader that does not read must not make us buffer without end), and one that has not greeted
-within `greeting_timeout` seconds is closed.
+bound through structlog's contextvars (in the session's own context, see `_server_session`).
+Limits: the BEEP decoder bounds what it keeps of a read; while the transport's write buffer is
+above its high-water mark the session is not read (backpressure); a connection whose unsent
+output passes `max_outbound` is dropped (a reader that does not read must not make us buffer
+without end); one that has not greeted within `greeting_timeout` seconds is closed.
 
 Relay-relay links (RFC 3340 §4.4.2): `connect_peer(domain, host, port)` keeps a BEEP session
 to another relay open, as its initiator, starting one APEX channel with a piggybacked
@@ -16,7 +18,7 @@ peer take the same paths. A lost or refused link is retried with capped exponent
 while it is down there is no route, so data for that domain fails at once with 550.
 
 Tuning (RFC 3080 §3, §4): given `tls` (a server `ssl.SSLContext`) the server offers the TLS
-profile and, on `proceed`, hands the same transport to TLS with `StreamWriter.start_tls` and
+profile and, on `proceed`, hands the same transport to TLS with `loop.start_tls` and
 greets again; given `sasl` (a `verify(user, password)` callable or a `Users` directory) it offers
 SASL. `require_tls` / `require_auth` keep APEX channels shut until then, and an authenticated
 session may attach only as its own identity and its subaddresses (RFC 3340 §4.5.1), enforced
@@ -33,13 +35,11 @@ ends first. One more timer wakes the relay when held data's next deadline or rep
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import itertools
 import ssl
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import Any
 
 import structlog
 
@@ -83,6 +83,7 @@ from ._codec import (
 from ._endpoint import Endpoint
 from ._party import Watch
 from ._relay import ChannelRef, Delivery, Outcome, Relay
+from ._server_session import ServerSession as _Session
 
 __all__ = [
     "DEFAULT_GREETING_TIMEOUT",
@@ -109,8 +110,9 @@ _PLAIN_OK = encode(Ok())[1]
 DEFAULT_GREETING_TIMEOUT = 10.0
 #: Unsent octets one connection may pile up (two BEEP maximum messages) before it is dropped.
 DEFAULT_MAX_OUTBOUND = 8 * 1024 * 1024
-#: Octets asked of the socket per read.
-READ_SIZE = 64 * 1024
+#: The most one read hands over: asyncio's and uvloop's transports read at most 256 KiB at a
+#: time (the BEEP decoder bounds what it keeps of that).
+READ_SIZE = 256 * 1024
 #: Seconds before the first retry of a lost peer link; each failure doubles it ...
 DEFAULT_PEER_BACKOFF = 0.5
 #: ... up to this, so a relay that is down for hours costs one connection attempt a minute.
@@ -174,20 +176,6 @@ class _Watched:
         return True
 
 
-@dataclass(slots=True)
-class _Session:
-    number: int
-    peer: str
-    conn: BeepConnection
-    writer: asyncio.StreamWriter
-    channels: set[int] = field(default_factory=set)
-    #: per channel, the task that sends the latest reply still waiting for a service: BEEP
-    #: wants a channel's replies in the order of its MSGs (RFC 3080 §2.6.1)
-    waiting: dict[int, asyncio.Task[None]] = field(default_factory=dict)
-    #: set on a session we opened to another relay (`connect_peer`)
-    link: PeerLink | None = None
-
-
 class ApexServer:
     """Serve `relay` over BEEP on `host:port` (port 0: any free port; see `.port`)."""
 
@@ -210,18 +198,15 @@ class ApexServer:
         self._hold_timer: asyncio.TimerHandle | None = None
         self._hold_due: int | None = None
         self._closed = False
-        #: the task of every accepted connection, until it ends
-        self._serving: set[asyncio.Task[None]] = set()
+        #: each accepted connection's `ended`, until its transport is gone
+        self._serving: set[asyncio.Future[None]] = set()
         #: sessions with deliveries queued but not yet written (see `_deliver`)
         self._unflushed: dict[int, _Session] = {}
         self._flush_soon = False
-        #: the `channel` log context `_events` has bound (tokens, channel); always undone
-        #: before control goes back to the event loop
-        self._bound: Mapping[str, contextvars.Token[Any]] | None = None
-        self._bound_channel: int | None = None
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        self._server = await asyncio.get_running_loop().create_server(
+            self._accepted, self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("apex server listening", host=self.host, port=self.port)
         self._arm_holds()  # held data from before a restart has deadlines too
@@ -233,10 +218,10 @@ class ApexServer:
         if self._server is not None:
             self._server.close()
             for session in list(self._sessions.values()):
-                session.writer.close()
+                session.context.run(self._drop, session)
             await self._server.wait_closed()
-        # Each session's task ends once its reader sees the close; left running, asyncio.run
-        # would cancel them at exit, which 3.11's StreamReaderProtocol reports as an error.
+        # Each transport is gone once it has written what it holds; asyncio.run would
+        # otherwise close the loop under it.
         if self._serving:
             await asyncio.wait(list(self._serving), timeout=self.greeting_timeout)
 
@@ -247,72 +232,108 @@ class ApexServer:
     async def __aexit__(self, *_: object) -> None:
         await self.close()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._serving.add(task)
-            task.add_done_callback(self._serving.discard)
-        peername = writer.get_extra_info("peername")
-        session = _Session(next(self._numbers), f"{peername[0]}:{peername[1]}",
-                           BeepConnection(Role.LISTENER, self.config, [APEX_PROFILE]), writer)
-        self._sessions[session.number] = session
-        tuning = self._tunings[session.number] = Tuning(session.conn, self.tuning)
-        with structlog.contextvars.bound_contextvars(peer=session.peer):
-            log.info("connection opened")
-            try:
-                tuning.send_greeting()
-                self._flush(session)
-                await self._read_loop(session, reader)
-            except (ConnectionError, TimeoutError) as exc:
-                log.info("connection lost", reason=type(exc).__name__)
-            finally:
-                for task in session.waiting.values():
-                    task.cancel()
-                for channel in session.channels:
-                    self.relay.channel_closed(ChannelRef(session.number, channel))
-                self._session_unwatched(session.number)
-                del self._sessions[session.number]
-                del self._tunings[session.number]
-                writer.close()
-                log.info("connection closed")
+    def _accepted(self) -> _Session:
+        session = _Session(self, next(self._numbers),
+                           BeepConnection(Role.LISTENER, self.config, [APEX_PROFILE]))
+        self._serving.add(session.ended)
+        session.ended.add_done_callback(self._serving.discard)
+        return session
 
-    async def _read_loop(self, session: _Session, reader: asyncio.StreamReader) -> None:
-        while True:
-            if session.conn.peer_greeting is None:
-                data = await asyncio.wait_for(reader.read(READ_SIZE), self.greeting_timeout)
-            else:
-                data = await reader.read(READ_SIZE)
-            try:
-                done = self._events(session, data)
-            finally:
-                self._unbind_channel()
-            if done:
-                return
-            await self._drain(session)
-            if not data or not await self._secure(session):
-                return
+    # --- the transport's callbacks (ServerSession), each in the session's context ---------
+
+    def opened(self, session: _Session) -> None:
+        if session.link is None:
+            host, port = session.transport.get_extra_info("peername")[:2]
+            session.peer = f"{host}:{port}"
+        else:
+            session.peer = f"{session.link.host}:{session.link.port}"
+        structlog.contextvars.bind_contextvars(peer=session.peer)
+        self._sessions[session.number] = session
+        if session.link is None:
+            tuning = self._tunings[session.number] = Tuning(session.conn, self.tuning)
+            log.info("connection opened")
+            tuning.send_greeting()
+        else:
+            log.info("peer link connected")
+            session.conn.send_greeting()
+        self._flush(session)
+        self._await_greeting(session)
+
+    def received(self, session: _Session, data: bytes) -> None:
+        """One read (`b""`: end-of-file): handle the events it completes, write what they
+        queued, and end the session or hand it to TLS when they say so."""
+        if session.dropped:
+            return
+        if session.early is not None:  # the TLS handshake is under way
+            session.early.append(data)
+            return
+        if self._events(session, data) or not data or not self._secure(session):
+            self._drop(session)
+            return
+        self._flush(session)
+
+    def lost(self, session: _Session, exc: Exception | None) -> None:
+        if exc is not None and session.lost_reason is None:
+            session.lost_reason = type(exc).__name__
+            log.info("connection lost", reason=session.lost_reason)
+        self._drop(session)
+
+    def _drop(self, session: _Session) -> None:
+        """Let go of the session: close its transport (after what it holds is written), and
+        forget its channels, watches and pending replies. Once; later calls do nothing."""
+        if session.dropped:
+            return
+        session.dropped = True
+        self._flush(session)
+        session.transport.close()
+        if session.greeting_timer is not None:
+            session.greeting_timer.cancel()
+        if session.handshake is not None:
+            session.handshake.cancel()
+        for task in session.waiting.values():
+            task.cancel()
+        for channel in session.channels:
+            self.relay.channel_closed(ChannelRef(session.number, channel))
+        self._session_unwatched(session.number)
+        del self._sessions[session.number]
+        self._tunings.pop(session.number, None)
+        if session.link is None:
+            structlog.contextvars.unbind_contextvars("channel")
+            session.bound_channel = None
+            log.info("connection closed", peer=session.peer)
+
+    def _await_greeting(self, session: _Session) -> None:
+        """Close the session if the peer has not greeted within `greeting_timeout`."""
+        if session.greeting_timer is not None:
+            session.greeting_timer.cancel()
+        session.greeting_timer = asyncio.get_running_loop().call_later(
+            self.greeting_timeout, self._greeting_due, session, context=session.context)
+
+    def _greeting_due(self, session: _Session) -> None:
+        session.greeting_timer = None
+        if session.conn.peer_greeting is None and not session.dropped:
+            session.lost_reason = "TimeoutError"
+            log.info("connection lost", reason=session.lost_reason)
+            self._drop(session)
 
     def _events(self, session: _Session, data: bytes) -> bool:
         """Handle the events `data` completes; True once the session is over."""
         for event in self._tuned(session, data):
             if type(event) is MessageReceived:  # nearly every event: first, and by type
-                # The channel goes into every log line of the operation. A read carries many
-                # MSGs of one channel when the peer pipelines: bind it once for all of them.
-                if event.channel != self._bound_channel:
-                    self._unbind_channel()
-                    self._bound = structlog.contextvars.bind_contextvars(channel=event.channel)
-                    self._bound_channel = event.channel
-                self._message(session, event)
+                # The channel goes into every log line of the operation. It stays bound in the
+                # session's context: a pipelining peer's MSGs of one channel share one binding.
+                if event.channel != session.bound_channel:
+                    structlog.contextvars.bind_contextvars(channel=event.channel)
+                    session.bound_channel = event.channel
+                    session.bound_ref = ChannelRef(session.number, event.channel)
+                self._message(session, event, session.bound_ref)
                 continue
-            self._unbind_channel()
+            if session.bound_channel is not None:
+                structlog.contextvars.unbind_contextvars("channel")
+                session.bound_channel = None
             if self._event(session, event):
                 return True
         return False
-
-    def _unbind_channel(self) -> None:
-        if self._bound is not None:
-            structlog.contextvars.reset_contextvars(**self._bound)
-            self._bound, self._bound_channel = None, None
 
     def _event(self, session: _Session, event: BeepEvent) -> bool:
         """Any event but a message; True once the session is over."""
@@ -361,8 +382,7 @@ class ApexServer:
             log.info("apex channel started", piggyback=type(reply).__name__.lower())
             self._deliver(deliveries)
 
-    def _message(self, session: _Session, event: MessageReceived) -> None:
-        ref = ChannelRef(session.number, event.channel)
+    def _message(self, session: _Session, event: MessageReceived, ref: ChannelRef) -> None:
         try:
             operation = decode(event.content_type, event.body)
         except ApexpsError as exc:
@@ -399,9 +419,12 @@ class ApexServer:
 
     def _complete(self, session: _Session, event: MessageReceived, operation: Operation,
                   outcome: Outcome) -> None:
-        log.info("apex operation", operation=type(operation).__name__.lower(),
-                 reply=outcome.reply.code if isinstance(outcome.reply, Error) else 250,
-                 deliveries=len(outcome.deliveries))
+        # `log.bind()`: the configured logger itself. `log.info` on the module's lazy proxy
+        # looks it up through `__getattr__` every time, which on this once-per-operation line
+        # cost a few percent of the operation.
+        log.bind().info("apex operation", operation=type(operation).__name__.lower(),
+                        reply=outcome.reply.code if isinstance(outcome.reply, Error) else 250,
+                        deliveries=len(outcome.deliveries))
         self._reply(session, event, outcome.reply)
         self._deliver(outcome.deliveries)
         self._arm_holds()
@@ -463,16 +486,15 @@ class ApexServer:
 
     def _flush(self, session: _Session) -> None:
         data = session.conn.data_to_send()
-        if data and not session.writer.is_closing():
-            session.writer.write(data)
-            if session.writer.transport.get_write_buffer_size() > self.max_outbound:
-                log.warning("peer does not read; dropping it")
-                session.writer.close()
-
-    async def _drain(self, session: _Session) -> None:
-        self._flush(session)
-        if not session.writer.is_closing():
-            await session.writer.drain()
+        if data:
+            transport = session.transport
+            if transport.is_closing():
+                return
+            transport.write(data)
+            if transport.get_write_buffer_size() > self.max_outbound:
+                # explicit peer: a delivery's flush runs in the context of whoever sent it
+                log.warning("peer does not read; dropping it", peer=session.peer)
+                transport.abort()
 
     # --- relay-relay links (RFC 3340 §4.4.2, §4.5.2) --------------------------------------
 
@@ -505,13 +527,7 @@ class ApexServer:
         with structlog.contextvars.bound_contextvars(peer_domain=link.domain,
                                                      peer=f"{link.host}:{link.port}"):
             while True:
-                try:
-                    reader, writer = await asyncio.wait_for(
-                        asyncio.open_connection(link.host, link.port), self.greeting_timeout)
-                except (OSError, TimeoutError) as exc:
-                    link.last_error = f"connect: {type(exc).__name__}: {exc}"
-                else:
-                    await self._run_link(link, reader, writer)
+                await self._run_link(link)
                 link.failures += 1
                 delay = min(link.backoff_max, link.backoff * 2 ** (link.failures - 1))
                 log.info("peer link retry", attempt=link.failures, delay=delay,
@@ -519,35 +535,35 @@ class ApexServer:
                 link._touch()
                 await asyncio.sleep(delay)
 
-    async def _run_link(self, link: PeerLink, reader: asyncio.StreamReader,
-                        writer: asyncio.StreamWriter) -> None:
-        session = _Session(next(self._numbers), f"{link.host}:{link.port}",
-                           BeepConnection(Role.INITIATOR, self.config, [APEX_PROFILE]), writer,
-                           link=link)
-        self._sessions[session.number] = session
-        log.info("peer link connected")
-        # A peer that greets but never answers our start must not hold the link forever.
-        watchdog = asyncio.get_running_loop().call_later(
-            2 * self.greeting_timeout, lambda: None if link.is_up else writer.close())
+    async def _run_link(self, link: PeerLink) -> None:
+        """One connection of the link, from dialling until its transport is gone."""
+        loop = asyncio.get_running_loop()
+
+        def session_of_link() -> _Session:  # in this task's context: peer_domain is bound
+            return _Session(self, next(self._numbers),
+                            BeepConnection(Role.INITIATOR, self.config, [APEX_PROFILE]), link)
         try:
-            session.conn.send_greeting()
-            self._flush(session)
-            await self._read_loop(session, reader)
-            link.last_error = link.last_error or "the peer ended the session"
-        except (ConnectionError, TimeoutError) as exc:
-            link.last_error = f"lost: {type(exc).__name__}"
+            _, session = await asyncio.wait_for(
+                loop.create_connection(session_of_link, link.host, link.port),
+                self.greeting_timeout)
+        except (OSError, TimeoutError) as exc:
+            link.last_error = f"connect: {type(exc).__name__}: {exc}"
+            return
+        # A peer that greets but never answers our start must not hold the link forever.
+        watchdog = loop.call_later(2 * self.greeting_timeout,
+                                   lambda: None if link.is_up else session.transport.close())
+        try:
+            await asyncio.wait([session.ended])  # never cancels `ended` when we are
+            if session.lost_reason is not None:
+                link.last_error = f"lost: {session.lost_reason}"
+            else:
+                link.last_error = link.last_error or "the peer ended the session"
         except asyncio.CancelledError:
             link.last_error = "stopped"
             raise
         finally:
             watchdog.cancel()
-            for task in session.waiting.values():
-                task.cancel()
-            for channel in session.channels:
-                self.relay.channel_closed(ChannelRef(session.number, channel))
-            self._session_unwatched(session.number)
-            del self._sessions[session.number]
-            writer.close()
+            session.context.run(self._drop, session)
             if link.ref is not None:
                 link.ref = None
                 if link.last_error == "stopped":
@@ -561,7 +577,7 @@ class ApexServer:
         assert link is not None
         if APEX_PROFILE not in event.profiles:
             link.last_error = "the peer does not offer APEX"
-            session.writer.close()
+            session.transport.close()
             return
         bind = encode_xml(Bind(self.relay.domain, 1))
         session.conn.start_channel([Profile(APEX_PROFILE, bind)])
@@ -584,7 +600,7 @@ class ApexServer:
             code, text = (reply.code, reply.text) if isinstance(reply, Error) else (550, "")
             link.last_error = f"bind refused: {code} {text}".strip()
             log.warning("peer link refused", code=code, text=text)
-            session.writer.close()
+            session.transport.close()
             return
         assert isinstance(event, ChannelStarted)
         session.channels.add(event.channel)
@@ -648,28 +664,51 @@ class ApexServer:
             else:
                 yield event
 
-    async def _secure(self, session: _Session) -> bool:
-        """If `proceed` went out, run the TLS handshake and greet again; False ends the
-        session (a failed handshake leaves nothing to speak BEEP over)."""
+    def _secure(self, session: _Session) -> bool:
+        """If `proceed` went out, hand the transport to TLS (reads wait in `early` meanwhile);
+        False ends the session (the peer spoke before the handshake)."""
         tuning = self._tunings.get(session.number)
         if tuning is None or not tuning.must_begin_tls:
             return True
-        assert self.tls is not None
+        self._flush(session)  # the proceed, before the handshake
         if tuning.begin_tls():
             log.warning("tls refused: the peer spoke before the handshake")
             return False
+        if session.greeting_timer is not None:  # the handshake has its own timeout
+            session.greeting_timer.cancel()
+        # The peer's ClientHello must not be read as plain text: `start_tls` resumes reading
+        # once its TLS protocol has the transport.
+        session.transport.pause_reading()
+        session.early = []
+        session.handshake = asyncio.create_task(self._handshake(session, tuning))
+        return True
+
+    async def _handshake(self, session: _Session, tuning: Tuning) -> None:
+        assert self.tls is not None
         try:
-            await session.writer.start_tls(self.tls,
-                                           ssl_handshake_timeout=self.greeting_timeout)
+            transport = await asyncio.get_running_loop().start_tls(
+                session.transport, session, self.tls, server_side=True,
+                ssl_handshake_timeout=self.greeting_timeout)
         except (ssl.SSLError, OSError, TimeoutError) as exc:
             # RFC 3080 §3 recommends "a diagnostic entry be logged".
             log.warning("tls negotiation failed", error=str(exc) or type(exc).__name__)
-            return False
+            session.handshake = None
+            session.context.run(self._drop, session)
+            return
+        assert transport is not None
+        session.transport = transport
+        session.handshake = None
+        session.context.run(self._secured, session, tuning)
+
+    def _secured(self, session: _Session, tuning: Tuning) -> None:
         tuning.tls_established()
-        cipher = session.writer.get_extra_info("cipher")
+        cipher = session.transport.get_extra_info("cipher")
         log.info("tls established", cipher=cipher[0] if cipher else None)
         self._flush(session)
-        return True
+        self._await_greeting(session)  # the greetings start over
+        early, session.early = session.early or [], None
+        for data in early:
+            self.received(session, data)
 
     # --- replies to what we deliver (RFC 3342 dataTiming, hold4Endpoint) ------------------
 

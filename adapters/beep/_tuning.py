@@ -266,7 +266,13 @@ class Tuning:
         """Handle the tuning part of the connection's `events`; return the rest, in order,
         with the tuning events among them."""
         out: list[Event] = []
+        tuning_channels = self._channels
         for event in events:
+            kind = type(event)
+            if (kind is MessageReceived or kind is ReplyReceived) and self._ready is None \
+                    and event.channel not in tuning_channels:  # type: ignore[attr-defined]
+                out.append(event)  # `_on` would pass it on as it is: nearly every event
+                continue
             if self._ready is not None:
                 # §3.1.3.1: the sender of "ready" "must not send any further traffic on the
                 # underlying transport service until a corresponding reply ... is received".

@@ -24,9 +24,11 @@ a service that swallows it: the figure is the relay's full receive/decode/route/
 answers with ok) before the next one: twice the BEEP traffic per operation.
 
 The client processes start at one agreed instant, run `--seconds`, and report their operation
-count and every latency; the table gives the summed rate, p50/p99 of data->ok, the server
-process's CPU time per operation (from /proc, so Linux only; it includes connecting and
-attaching, a few milliseconds per case) and the target.
+count, every latency and their CPU time over the measured seconds; the table gives the summed
+rate, p50/p99 of data->ok, the server process's CPU time per operation (from /proc, so Linux
+only; it includes connecting and attaching, a few milliseconds per case), the client processes'
+CPU time per operation (all of them together: on a machine whose cores run both halves, server
+plus client us/op is what bounds the rate) and the target.
 """
 
 from __future__ import annotations
@@ -140,18 +142,32 @@ async def _drain(client: object) -> None:
 
 
 def _client(args: argparse.Namespace) -> None:
+    cpu: list[float] = []
+
+    async def clock_cpu() -> None:
+        # the CPU of the measured seconds only: starting the interpreter, importing, connecting
+        # and attaching would otherwise weigh on every case by the length of the run
+        await asyncio.sleep(max(0.0, args.start_at - time.time()))
+        cpu.append(time.process_time())
+
     async def run() -> list[list[float]]:
+        clocked = asyncio.create_task(clock_cpu())
         if args.raw:
-            return await asyncio.gather(*(
+            done = await asyncio.gather(*(
                 _raw_connection(args.port, args.start_at, args.start_at + args.seconds)
                 for _ in range(args.connections)))
-        return await asyncio.gather(*(
-            _one_connection(args.port, f"c{os.getpid()}-{i}", args.mode == "echo",
-                            args.start_at, args.start_at + args.seconds, args.in_flight)
-            for i in range(args.connections)))
+        else:
+            done = await asyncio.gather(*(
+                _one_connection(args.port, f"c{os.getpid()}-{i}", args.mode == "echo",
+                                args.start_at, args.start_at + args.seconds, args.in_flight)
+                for i in range(args.connections)))
+        await clocked
+        cpu.append(time.process_time())  # closing counts in, as connecting does for the server
+        return done
 
     per_connection = event_loop.run(run())
-    json.dump([x for lat in per_connection for x in lat], sys.stdout)
+    json.dump({"cpu": cpu[1] - cpu[0], "latencies": [x for lat in per_connection for x in lat]},
+              sys.stdout)
 
 
 def _cpu_seconds(pid: int) -> float | None:
@@ -164,7 +180,9 @@ def _cpu_seconds(pid: int) -> float | None:
 
 
 def _case(port: int, processes: int, connections: int, seconds: float,
-          mode: str, in_flight: int = 1, raw: bool = False) -> tuple[float, float, float]:
+          mode: str, in_flight: int = 1, raw: bool = False
+          ) -> tuple[float, float, float, float]:
+    """(ops/s, p50 ms, p99 ms, client processes' CPU seconds over the measured time)."""
     start_at = time.time() + 1.5 + 0.2 * connections  # time to connect and attach
     cmd = [sys.executable, "-m", "ops.bench.bench_apex", "--client", "--port", str(port),
            "--connections", str(connections), "--seconds", str(seconds),
@@ -173,13 +191,16 @@ def _case(port: int, processes: int, connections: int, seconds: float,
         cmd.append("--raw")
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE) for _ in range(processes)]
     latencies: list[float] = []
+    cpu = 0.0
     for proc in procs:
         out, _ = proc.communicate(timeout=seconds + 120)
         if proc.returncode:
             raise SystemExit(f"client process failed with {proc.returncode}")
-        latencies += json.loads(out)
+        report = json.loads(out)
+        latencies += report["latencies"]
+        cpu += report["cpu"]
     cuts = statistics.quantiles(latencies, n=100)
-    return len(latencies) / seconds, cuts[49] * 1e3, cuts[98] * 1e3
+    return len(latencies) / seconds, cuts[49] * 1e3, cuts[98] * 1e3, cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -226,19 +247,23 @@ def main(argv: list[str] | None = None) -> int:
           f" {args.seconds:g} s per case, server log level {args.server_log_level},"
           f" {event_loop.loop_name()} loop, {os.cpu_count()} CPUs")
     print(f"{'case':<32} {'ops/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'server us/op':>13}"
-          f" {'target ops/s':>13}  ok?")
+          f" {'client us/op':>13} {'target ops/s':>13}  ok?")
     try:
         for label, processes, connections, in_flight, target in cases:
             before = _cpu_seconds(server.pid)
-            rate, p50, p99 = _case(raw_port if not in_flight else port, processes, connections,
-                                   args.seconds, args.mode, max(1, in_flight), not in_flight)
+            rate, p50, p99, client_cpu = _case(
+                raw_port if not in_flight else port, processes, connections, args.seconds,
+                args.mode, max(1, in_flight), not in_flight)
             after = _cpu_seconds(server.pid)
             # the server's CPU over the case (connecting included) per operation measured
             per_op = "?" if before is None or after is None else \
                 f"{(after - before) / (rate * args.seconds) * 1e6:,.0f}"
+            # the client processes' CPU over the measured seconds, all of them, per operation
+            client_per_op = client_cpu / (rate * args.seconds) * 1e6
             verdict = "" if target is None else ("yes" if rate >= target else "NO")
             print(f"{label:<32} {rate:>10,.0f} {p50:>8.3f} {p99:>8.3f} {per_op:>13}"
-                  f" {'' if target is None else f'>= {target:,}':>13}  {verdict}", flush=True)
+                  f" {client_per_op:>13,.0f} {'' if target is None else f'>= {target:,}':>13}"
+                  f"  {verdict}", flush=True)
     finally:
         server.stdin.close()
         server.wait(timeout=60)

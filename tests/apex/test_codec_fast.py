@@ -31,6 +31,7 @@ from adapters.apex._codec import (
     _encode_general,
     decode,
     encode,
+    plain_data,
 )
 from adapters.apex._endpoint import Endpoint
 from broker.errors import ApexpsError, ReplyCode
@@ -408,3 +409,17 @@ def test_fast_encode_of_many_recipients_and_its_scope() -> None:
             assert encode(declined) == general
     assert encode(Ok()) == _encode_general(Ok()) == (BEEP_XML, b"<ok />")
     assert encode(Ok(3)) == _encode_general(Ok(3))
+
+
+@given(content=st.binary(max_size=64), content_type=st.sampled_from(["text/plain", "a/b"]),
+       ref=st.sampled_from([None, "cid:1@x"]), many=st.booleans())
+def test_plain_data_is_the_constructors_data(content: bytes, content_type: str,
+                                             ref: str | None, many: bool) -> None:
+    """`plain_data` (the fast decoder's and the client's constructor) builds a Data equal to,
+    hashing like and as frozen as the dataclass constructor's."""
+    recipients = (BARNEY, FRED) if many else (BARNEY,)
+    fast = plain_data(FRED, recipients, content, content_type, ref)
+    slow = Data(FRED, recipients, content, content_type, content_ref=ref)
+    assert fast == slow and hash(fast) == hash(slow) and repr(fast) == repr(slow)
+    with pytest.raises(AttributeError):
+        fast.content = b"changed"  # type: ignore[misc]

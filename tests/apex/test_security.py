@@ -59,7 +59,7 @@ def test_tls_then_attach_and_data(server_tls: ssl.SSLContext,
             fred = await ApexClient.connect("127.0.0.1", server.port, tls=client_tls)
             barney = await ApexClient.connect("127.0.0.1", server.port, tls=client_tls,
                                               server_hostname="localhost")
-            assert fred._writer.get_extra_info("ssl_object") is not None
+            assert fred._wire.transport.get_extra_info("ssl_object") is not None
             await fred.attach("fred@example.com")
             await barney.attach("barney@example.com")
             await fred.send("fred@example.com", ["barney@example.com"], b"over TLS")
