@@ -59,7 +59,7 @@ PIPELINED = 16
 def _serve(args: argparse.Namespace) -> None:
     from adapters.apex import Data, Endpoint, Relay
     from adapters.apex.server import ApexServer
-    from adapters.cli import logs
+    from adapters.cli import heap, logs
 
     logs.configure(args.server_log_level, json=True)
 
@@ -76,6 +76,8 @@ def _serve(args: argparse.Namespace) -> None:
         relay.register_service("apex=sink", Sink())
         raw = await asyncio.start_server(echo_lines, "127.0.0.1", 0)
         async with ApexServer(relay, "127.0.0.1", 0) as server:
+            if not args.no_settle:
+                heap.settle()  # as `apexps up` and `apexps broker` do
             print(server.port, raw.sockets[0].getsockname()[1], flush=True)
             await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
         raw.close()
@@ -208,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="per case")
     parser.add_argument("--mode", choices=["sink", "echo"], default="sink")
     parser.add_argument("--server-log-level", default="warning")
+    parser.add_argument("--no-settle", action="store_true",
+                        help="leave the server's garbage collector as Python sets it (by default"
+                             " it is settled as `apexps up` does: adapters/cli/heap.py)")
     parser.add_argument("--profile", action="store_true",
                         help="cProfile the server; its top functions go to stderr at the end")
     parser.add_argument("--only", default="1,16,pipelined,floor",
@@ -236,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyError as exc:
         parser.error(f"--only: no case {exc}; say some of {', '.join(every)}")
     server_cmd = [sys.executable, "-m", "ops.bench.bench_apex", "--serve",
-                  "--server-log-level", args.server_log_level]
+                  "--server-log-level", args.server_log_level,
+                  *(["--no-settle"] if args.no_settle else [])]
     if args.profile:
         server_cmd.append("--profile")
     server = subprocess.Popen(server_cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
