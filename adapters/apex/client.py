@@ -70,6 +70,7 @@ from ._codec import (
 )
 from ._endpoint import Endpoint
 from ._errors import ParameterSyntaxError
+from ._outlet import DataOutlet
 from .server import APEX_WINDOW, READ_SIZE
 
 __all__ = ["DEFAULT_TIMEOUT", "ApexClient"]
@@ -114,9 +115,7 @@ class ApexClient:
         #: channel with more MSGs pending than its limit (BeepConfig's default is 64)
         self._in_flight = Slots(MAX_IN_FLIGHT)
         self._events: asyncio.Queue[Event] = asyncio.Queue()
-        self._inbox: asyncio.Queue[Data | None] = asyncio.Queue()
-        #: where received data go instead of `_inbox` (`deliver_to`)
-        self._on_data: Callable[[Data | None], None] | None = None
+        self._outlet = DataOutlet()
         self._channel = 0
         self._trans_ids = iter(range(1, 2**31))
         self._tuning = Tuning(self._conn)
@@ -222,7 +221,7 @@ class ApexClient:
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(ServiceNotAvailable("connection to the relay lost"))
-        self._deliver(None)
+        self._outlet.put(None)
         self._events.put_nowait(SessionClosed(clean=False))
 
     def _dispatch(self, event: Event) -> None:
@@ -249,7 +248,7 @@ class ApexClient:
         else:
             reply = Ok()
             if isinstance(operation, Data):
-                self._deliver(operation)
+                self._outlet.put(operation)
             elif not isinstance(operation, Terminate):  # a terminate just ends an attachment
                 reply = Error(550, "applications accept only data and terminate")
         content_type, body = encode(reply)
@@ -361,33 +360,17 @@ class ApexClient:
             self._recipients[key] = parsed
         return parsed
 
-    def _deliver(self, data: Data | None) -> None:
-        if self._on_data is None:
-            self._inbox.put_nowait(data)
-            return
-        try:
-            self._on_data(data)
-        except Exception:  # the consumer's bug must not end the read loop
-            log.exception("data consumer failed")
-
     def deliver_to(self, callback: Callable[[Data | None], None]) -> None:
         """From now on hand each data the relay delivers to `callback`, in the read loop, and
         None once the connection has ended, instead of queueing them for `receive()` (which
         then waits for nothing). What is queued already goes to it first. For a consumer that
         routes each data at once (`PubsubClient`): it saves a task switch per data. The
         callback must not block."""
-        self._on_data = callback
-        while not self._inbox.empty():
-            self._deliver(self._inbox.get_nowait())
+        self._outlet.deliver_to(callback)
 
-    async def receive(self) -> AsyncIterator[Data]:
+    def receive(self) -> AsyncIterator[Data]:
         """The data the relay delivers to us, until the connection ends."""
-        while True:
-            data = await self._inbox.get()
-            if data is None:
-                self._inbox.put_nowait(None)
-                return
-            yield data
+        return self._outlet.receive()
 
     async def close(self) -> None:
         """Release the session (best effort) and close the transport."""

@@ -54,6 +54,7 @@ from broker.errors import ApexpsError, ServiceNotAvailable
 
 from ._codec import Data, Option, Terminate
 from ._endpoint import Endpoint
+from ._outlet import DataOutlet
 from ._relay import ATTACH_OVERRIDE
 from .client import DEFAULT_TIMEOUT, ApexClient
 
@@ -204,8 +205,7 @@ class ReconnectingApexClient:
         self._up.set()
         self._attachments: dict[int, _Attachment] = {}
         self._trans_ids = itertools.count(1)
-        self._inbox: asyncio.Queue[Data | None] = asyncio.Queue()
-        self._on_data: Callable[[Data | None], None] | None = None
+        self._outlet = DataOutlet(server=self.server)
         self._listeners = _Listeners()
         self._closing = False
         self._final: ServiceNotAvailable | None = None
@@ -318,28 +318,12 @@ class ReconnectingApexClient:
     def deliver_to(self, callback: Callable[[Data | None], None]) -> None:
         """As `ApexClient.deliver_to`, across reconnections: None once `close()` or giving up
         ended them."""
-        self._on_data = callback
-        while not self._inbox.empty():
-            self._received(self._inbox.get_nowait())
+        self._outlet.deliver_to(callback)
 
-    def _received(self, data: Data | None) -> None:
-        if self._on_data is None:
-            self._inbox.put_nowait(data)
-            return
-        try:
-            self._on_data(data)
-        except Exception:  # the consumer's bug must not end the supervisor
-            log.exception("data consumer failed", server=self.server)
-
-    async def receive(self) -> AsyncIterator[Data]:
+    def receive(self) -> AsyncIterator[Data]:
         """The data the relay delivers to us, across reconnections, until `close()` or until
         reconnecting gives up."""
-        while True:
-            data = await self._inbox.get()
-            if data is None:
-                self._inbox.put_nowait(None)
-                return
-            yield data
+        return self._outlet.receive()
 
     async def close(self) -> None:
         """Stop reconnecting, release the session (best effort) and close the transport."""
@@ -381,7 +365,7 @@ class ReconnectingApexClient:
         finally:
             self._final = error or ServiceNotAvailable("the client was closed")
             self._up.clear()
-            self._received(None)
+            self._outlet.put(None)
             self._listeners.emit(Closed(error))
             if error is not None:
                 log.error("apex reconnect gave up", server=self.server, error=str(error))
@@ -390,7 +374,7 @@ class ReconnectingApexClient:
         if data is None:
             ended.set()
         else:
-            self._received(data)
+            self._outlet.put(data)
 
     async def _drop_current(self) -> None:
         client, self._current = self._current, None
