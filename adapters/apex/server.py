@@ -7,7 +7,8 @@ session holds the target channel. Every operation is logged once, with `peer` an
 bound through structlog's contextvars (in the session's own context, see `_server_session`).
 Limits: the BEEP decoder bounds what it keeps of a read; while the transport's write buffer is
 above its high-water mark the session is not read (backpressure); a connection whose unsent
-output passes `max_outbound` is dropped (a reader that does not read must not make us buffer
+output -- in the transport, or queued behind BEEP windows the peer never opens -- passes
+`max_outbound` is dropped (a peer that does not take what we send must not make us buffer
 without end); one that has not greeted within `greeting_timeout` seconds is closed.
 
 Relay-relay links (RFC 3340 §4.4.2): `connect_peer(domain, host, port)` keeps a BEEP session
@@ -485,16 +486,19 @@ class ApexServer:
         log.info("close accepted", closed_channel=event.channel)
 
     def _flush(self, session: _Session) -> None:
-        data = session.conn.data_to_send()
+        conn, transport = session.conn, session.transport
+        data = conn.data_to_send()
+        if transport.is_closing():
+            return
         if data:
-            transport = session.transport
-            if transport.is_closing():
-                return
             transport.write(data)
-            if transport.get_write_buffer_size() > self.max_outbound:
-                # explicit peer: a delivery's flush runs in the context of whoever sent it
-                log.warning("peer does not read; dropping it", peer=session.peer)
-                transport.abort()
+        # What we hold for the peer: unsent in the transport (it does not read) and queued
+        # behind its BEEP windows (it reads but never opens them with SEQ).
+        if transport.get_write_buffer_size() + conn.backlog > self.max_outbound:
+            # explicit peer: a delivery's flush runs in the context of whoever sent it
+            log.warning("peer does not take what we send; dropping it", peer=session.peer,
+                        unsent=transport.get_write_buffer_size(), withheld=conn.backlog)
+            transport.abort()
 
     # --- relay-relay links (RFC 3340 §4.4.2, §4.5.2) --------------------------------------
 

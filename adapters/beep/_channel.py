@@ -136,7 +136,8 @@ class Channel:
     """State of one open channel (channel zero included)."""
 
     __slots__ = ("_config", "_inbound", "_last_intermediate", "_msg_partial", "_next_msgno",
-                 "_outbound", "closing", "number", "profile", "queue", "recv", "send")
+                 "_outbound", "backlog", "closing", "number", "profile", "queue", "recv",
+                 "send")
 
     def __init__(self, number: int, profile: str, config: BeepConfig) -> None:
         self.number = number
@@ -153,6 +154,9 @@ class Channel:
         self._last_intermediate: tuple[FrameType, int] | None = None
         #: Messages to send, whole, in order; not empty: the channel has frames to write.
         self.queue: deque[_Outgoing] = deque()
+        #: Octets of `queue` not yet cut into frames: what a peer that withholds its window
+        #: (never sends SEQ) makes us keep; the shell bounds it (ApexServer's `max_outbound`).
+        self.backlog = 0
         # Channel zero's msgno 0 is the greeting (RFC 3080 §2.3.1.1), so its MSGs start at 1.
         self._next_msgno = 1 if number == 0 else 0
 
@@ -294,6 +298,7 @@ class Channel:
                 return  # ours went out whole
             if item.offset == 0:
                 raise _violation(f"reply to message {msgno}, which was never sent")
+            self.backlog -= len(item.payload) - item.offset
             item.payload = item.payload[: item.offset]
             return
 
@@ -313,6 +318,7 @@ class Channel:
         self._outbound[msgno] = _Outbound()
         if out is None or self.queue or not self._frame_now(_MSG, msgno, payload, out):
             self.queue.append(_Outgoing(_MSG, msgno, payload))
+            self.backlog += len(payload)
         return msgno
 
     def queue_greeting(self, ftype: FrameType, payload: bytes) -> None:
@@ -321,6 +327,7 @@ class Channel:
         It goes first, ahead of error replies queued to MSGs that arrived before it.
         """
         self.queue.appendleft(_Outgoing(ftype, 0, payload))
+        self.backlog += len(payload)
 
     def queue_reply(self, ftype: FrameType, msgno: int, payload: bytes,
                     out: list[bytes] | None = None) -> int | None:
@@ -351,6 +358,7 @@ class Channel:
             # (An ANS never gets here: it does not complete the reply.)
             if out is None or self.queue or not self._frame_now(ftype, msgno, payload, out):
                 self.queue.append(_Outgoing(ftype, msgno, payload, ansno))
+                self.backlog += len(payload)
             del pending[msgno]
             if pending and next(iter(pending.values())).staged:
                 self._release_replies()
@@ -369,6 +377,7 @@ class Channel:
             if not head.staged:
                 return  # nothing staged means not done: a done reply is released as it stages
             self.queue.extend(head.staged)
+            self.backlog += sum(len(o.payload) for o in head.staged)
             head.staged.clear()
             if not head.done:
                 return
@@ -402,6 +411,7 @@ class Channel:
         # A whole payload slices to itself (no copy) when it goes out in one frame.
         chunk = payload[offset:end]
         head.offset = end
+        self.backlog -= size
         more = end < len(payload)
         if not more:
             self.queue.popleft()

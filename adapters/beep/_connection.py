@@ -175,6 +175,14 @@ class BeepConnection:
         """Received octets not yet decoded (bounded by one frame plus its header)."""
         return self._decoder.buffered
 
+    @property
+    def backlog(self) -> int:
+        """Octets queued on the channels that the peer's windows do not let out yet."""
+        total = 0
+        for channel in self._channels.values():
+            total += channel.backlog
+        return total
+
     def unfinished_replies(self) -> list[tuple[int, int]]:
         """(channel, msgno) of each of the peer's MSGs whose reply has not completely gone out:
         unanswered, or answered but held back by the peer's window. RFC 3080 §3.1.3.1 has the

@@ -181,6 +181,42 @@ def test_a_peer_whose_backlog_passes_max_outbound_is_dropped(loop: str) -> None:
     assert 8 <= delivered < 1000  # 256 KiB of 32 KiB data, plus what the kernel buffers took
 
 
+async def _withheld_window(barney_sends: int) -> tuple[int, bool, int]:
+    async with ApexServer(Relay("example.com"), max_outbound=256 * 1024) as server:
+        fred = await _RawPeer.connect(server.port, window=4096)
+        fred.send(encode(Attach(FRED, 1)))
+        await fred.until(ReplyReceived)
+        (fred_session,) = server._sessions.values()
+
+        async def swallow() -> None:  # fred reads all, and never opens his window with SEQ
+            while await fred.reader.read(65536):
+                pass
+        swallowing = asyncio.create_task(swallow())
+        barney = await ApexClient.connect("127.0.0.1", server.port)
+        await barney.attach("barney@example.com")
+        delivered = 0
+        with pytest.raises(NotTaken):  # fred is gone: nobody is attached as fred any more
+            for _ in range(barney_sends):
+                await barney.send("barney@example.com", ["fred@example.com"], PAYLOAD)
+                delivered += 1
+        await barney.send("barney@example.com", ["barney@example.com"], b"still here")
+        got = await asyncio.wait_for(anext(barney.receive()), 10)
+        await barney.close()
+        await asyncio.wait_for(swallowing, 10)  # the server hung up on fred
+        return delivered, fred_session.dropped and got.content == b"still here", \
+            fred_session.transport.get_write_buffer_size()
+
+
+def test_a_peer_that_withholds_its_window_is_dropped_at_max_outbound(loop: str) -> None:
+    """A peer that reads everything but never sends SEQ keeps the server's BEEP queue for it
+    growing instead of its transport buffer: that counts toward `max_outbound` too, so the
+    server holds at most that much for it, drops it, and serves everyone else."""
+    delivered, ok, unsent = run(_withheld_window(1000))
+    assert ok
+    assert unsent == 0  # fred read everything: it was the BEEP backlog that grew
+    assert 1 <= delivered <= 256 * 1024 // len(PAYLOAD) + 1
+
+
 @pytest.fixture(scope="module", name="ca")
 def _ca() -> trustme.CA:
     return trustme.CA()

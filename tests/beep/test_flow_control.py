@@ -6,7 +6,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adapters.beep import BeepConfig, ErrorReplyReceived, MessageReceived, RemoteProtocolError
+from adapters.beep import (
+    BeepConfig,
+    BeepConnection,
+    ErrorReplyReceived,
+    MessageReceived,
+    RemoteProtocolError,
+)
 from adapters.beep._window import ReceiveWindow, SendWindow
 
 from .helpers import ConnectionPair
@@ -138,3 +144,43 @@ def test_preemptive_error_finishes_our_msg_with_empty_frame() -> None:
     events = pair.initiator.receive_data(b"ERR 1 0 . 0 6\r\n\r\nnopeEND\r\nSEQ 1 4096 4096\r\n")
     assert events == [ErrorReplyReceived(1, 0, "application/octet-stream", b"nope")]
     assert pair.initiator.data_to_send() == b"MSG 1 0 . 4096 0\r\nEND\r\n"
+
+
+def _queued(conn: BeepConnection) -> int:
+    return sum(len(o.payload) - o.offset for c in conn._channels.values() for o in c.queue)
+
+
+_STEPS = st.lists(st.one_of(
+    st.tuples(st.just("msg"), st.integers(0, 12_000)),
+    st.tuples(st.just("rpy"), st.integers(0, 12_000)),
+    st.tuples(st.just("to_listener"), st.just(0)),
+    st.tuples(st.just("to_initiator"), st.just(0)),
+), max_size=30)
+
+
+@given(_STEPS)
+def test_backlog_is_what_the_windows_hold_back(steps: list[tuple[str, int]]) -> None:
+    """`backlog` -- what a server bounds for a peer that never opens its windows -- is always
+    the octets queued and not yet framed, on both sides, whatever is sent and whichever SEQs
+    and replies are withheld; once everything flows it is zero."""
+    pair = ConnectionPair()
+    pair.open()
+    number = pair.start()
+    unanswered: list[int] = []
+    for step, size in steps:
+        if step == "msg":
+            pair.initiator.send_msg(number, b"m" * size)
+        elif step == "rpy" and unanswered:  # to any of them: later ones wait (are staged)
+            pair.listener.send_rpy(number, unanswered.pop(size % len(unanswered)), b"r" * size)
+        elif step == "to_listener":
+            unanswered += [e.msgno for e in pair.send(pair.initiator)
+                           if isinstance(e, MessageReceived)]
+        elif step == "to_initiator":
+            pair.send(pair.listener)
+        for conn in (pair.initiator, pair.listener):
+            assert conn.backlog == _queued(conn)
+    _, events = pair.pump()
+    for msgno in unanswered + [e.msgno for e in events if isinstance(e, MessageReceived)]:
+        pair.listener.send_rpy(number, msgno, b"")
+    pair.pump()
+    assert pair.initiator.backlog == pair.listener.backlog == 0
