@@ -183,15 +183,46 @@ def _cpu_seconds(pid: int | None) -> float:
         return 0.0
 
 
+def _figure(us: float, pid: int | None) -> str:
+    return f"{us:,.0f} µs" if pid else "? µs (its process was not found)"
+
+
+def _listener_pid(bootstrap: str) -> int | None:
+    """The process listening on the first `HOST:PORT` of `bootstrap` (Linux /proc: the socket's
+    inode in /proc/net/tcp, then whose fd it is), so Kafka's own CPU can be told apart from
+    whatever else runs; None where that cannot be found."""
+    try:
+        port = int(bootstrap.split(",", maxsplit=1)[0].rpartition(":")[2])
+        inodes = set()
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rpartition(":")[2], 16) == port:
+                    inodes.add(f"socket:[{fields[9]}]")
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                if any(os.readlink(fd) in inodes for fd in (proc / "fd").iterdir()):
+                    return int(proc.name)
+            except OSError:
+                continue
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def _case(port: int, subscribers: int, seconds: float, rate: int, window: int,
-          batch: int, broker_pid: int | None = None) -> dict[str, float]:
+          batch: int, broker_pid: int | None = None,
+          kafka_pid: int | None = None) -> dict[str, float]:
     """One phase; with `broker_pid`, also the CPU each part spent per message sent: the broker,
-    the publisher, the subscribers' process, and the rest of the machine (Kafka's JVM, and
-    whatever else runs). The publisher's and the subscribers' figures are of the phase alone,
-    from the first publication (all subscribed) to the last: their start-up (imports,
-    connecting, subscribing: about half a second of CPU each) would otherwise be most of what
-    a slow paced phase shows per message."""
+    the publisher, the subscribers' process, Kafka's JVM (with `kafka_pid`), and the rest of
+    the machine (whatever else runs). The publisher's and the subscribers' figures are of the
+    phase alone, from the first publication (all subscribed) to the last: their start-up
+    (imports, connecting, subscribing: about half a second of CPU each) would otherwise be
+    most of what a slow paced phase shows per message."""
     machine_before, broker_before = _cpu_seconds(None), _cpu_seconds(broker_pid)
+    kafka_before = _cpu_seconds(kafka_pid) if kafka_pid else 0.0
     here = [sys.executable, "-m", "ops.bench.bench_pubsub", "--port", str(port), "--batch",
             str(batch)]
     profile = ["--profile"] if os.environ.get("PROFILE_SUBSCRIBERS") else []
@@ -217,12 +248,15 @@ def _case(port: int, subscribers: int, seconds: float, rate: int, window: int,
     delivered = min(len(s) for s in per_sub)
     n = max(1, sent["sent"])
     broker = _cpu_seconds(broker_pid) - broker_before if broker_pid else 0.0
-    rest = _cpu_seconds(None) - machine_before - broker - sent["cpu_all"] - report["cpu_all"]
+    kafka = _cpu_seconds(kafka_pid) - kafka_before if kafka_pid else 0.0
+    rest = (_cpu_seconds(None) - machine_before - broker - kafka - sent["cpu_all"]
+            - report["cpu_all"])
     return {"sent": sent["sent"], "msgs_per_s": delivered / sent["elapsed"],
             "deliveries_per_s": len(lat) / sent["elapsed"], "p50": p50, "p99": p99,
             "complete": float(all(len(s) == sent["sent"] for s in per_sub)),
             "cpu_broker_us": broker / n * 1e6, "cpu_publisher_us": sent["cpu"] / n * 1e6,
-            "cpu_subscribers_us": report["cpu"] / n * 1e6, "cpu_rest_us": rest / n * 1e6}
+            "cpu_subscribers_us": report["cpu"] / n * 1e6, "cpu_rest_us": rest / n * 1e6,
+            "cpu_kafka_us": kafka / n * 1e6}
 
 
 def _raw(bootstrap: str, seconds: float, rate: int) -> dict[str, float]:
@@ -324,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"publish→deliver, {SIZE}-octet messages, {args.seconds:g} s per phase,"
               f" {os.cpu_count()} CPUs, Kafka {bootstrap}, sequenced links, live data"
               f" {f'packed up to {args.batch} per data' if args.batch else 'one per data'}")
+        kafka_pid = _listener_pid(bootstrap)
         raw_paced = _raw(bootstrap, args.seconds, args.paced_rate)
         raw_flat = _raw(bootstrap, args.seconds, 0)
         print(f"raw confluent-kafka: paced {args.paced_rate:,}/s p50 {raw_paced['p50']:.2f} ms p99"
@@ -341,9 +376,9 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 _create_topic(port)
                 paced = _case(port, count, args.seconds, args.paced_rate, 1, args.batch,
-                              server.pid)
+                              server.pid, kafka_pid)
                 flat = _case(port, count, args.seconds, 0, args.window, args.batch,
-                             server.pid)
+                             server.pid, kafka_pid)
             finally:
                 server.stdin.close()
                 server.wait(timeout=120)
@@ -358,8 +393,9 @@ def main(argv: list[str] | None = None) -> int:
             for name, phase in (("paced", paced), ("flat out", flat)):
                 print(f"      CPU per message, {name}: broker {phase['cpu_broker_us']:,.0f} µs,"
                       f" publisher {phase['cpu_publisher_us']:,.0f} µs, {count} subscribers"
-                      f" {phase['cpu_subscribers_us']:,.0f} µs, rest of the machine (Kafka,"
-                      f" others) {phase['cpu_rest_us']:,.0f} µs", flush=True)
+                      f" {phase['cpu_subscribers_us']:,.0f} µs, Kafka"
+                      f" {_figure(phase['cpu_kafka_us'], kafka_pid)}, rest of the machine"
+                      f" {phase['cpu_rest_us']:,.0f} µs", flush=True)
     finally:
         if kafka is not None:
             kafka.stop()
