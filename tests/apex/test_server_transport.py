@@ -152,25 +152,31 @@ def test_a_peer_that_does_not_read_is_not_read_either(
     assert run(_backpressure(pauses)) == (False, True, 7, 7)
 
 
+async def _barney_floods_fred(server: ApexServer, sends: int) -> tuple[int, bool]:
+    """barney sends fred (attached, and not taking what he is sent) up to `sends` data until
+    the server has dropped fred; (data delivered, whether barney is still served)."""
+    barney = await ApexClient.connect("127.0.0.1", server.port)
+    await barney.attach("barney@example.com")
+    delivered = 0
+    with pytest.raises(NotTaken):  # fred is gone: nobody is attached as fred any more
+        for _ in range(sends):
+            await barney.send("barney@example.com", ["fred@example.com"], PAYLOAD)
+            delivered += 1
+    await barney.send("barney@example.com", ["barney@example.com"], b"still here")
+    got = await asyncio.wait_for(anext(barney.receive()), 10)
+    await barney.close()
+    return delivered, got.content == b"still here"
+
+
 async def _flood(barney_sends: int) -> tuple[int, bool]:
     async with ApexServer(Relay("example.com"), max_outbound=256 * 1024) as server:
         fred = await _RawPeer.connect(server.port, window=64 * 1024 * 1024)
         fred.send(encode(Attach(FRED, 1)))
         await fred.until(ReplyReceived)
         (fred_session,) = server._sessions.values()
-        barney = await ApexClient.connect("127.0.0.1", server.port)
-        await barney.attach("barney@example.com")
-        delivered = 0
-        with pytest.raises(NotTaken):  # fred is gone: nobody is attached as fred any more
-            for _ in range(barney_sends):
-                await barney.send("barney@example.com", ["fred@example.com"], PAYLOAD)
-                delivered += 1
-        # barney is still served
-        await barney.send("barney@example.com", ["barney@example.com"], b"still here")
-        got = await asyncio.wait_for(anext(barney.receive()), 10)
-        await barney.close()
+        delivered, served = await _barney_floods_fred(server, barney_sends)
         fred.writer.close()
-        return delivered, fred_session.dropped and got.content == b"still here"
+        return delivered, fred_session.dropped and served
 
 
 def test_a_peer_whose_backlog_passes_max_outbound_is_dropped(loop: str) -> None:
@@ -192,18 +198,9 @@ async def _withheld_window(barney_sends: int) -> tuple[int, bool, int]:
             while await fred.reader.read(65536):
                 pass
         swallowing = asyncio.create_task(swallow())
-        barney = await ApexClient.connect("127.0.0.1", server.port)
-        await barney.attach("barney@example.com")
-        delivered = 0
-        with pytest.raises(NotTaken):  # fred is gone: nobody is attached as fred any more
-            for _ in range(barney_sends):
-                await barney.send("barney@example.com", ["fred@example.com"], PAYLOAD)
-                delivered += 1
-        await barney.send("barney@example.com", ["barney@example.com"], b"still here")
-        got = await asyncio.wait_for(anext(barney.receive()), 10)
-        await barney.close()
+        delivered, served = await _barney_floods_fred(server, barney_sends)
         await asyncio.wait_for(swallowing, 10)  # the server hung up on fred
-        return delivered, fred_session.dropped and got.content == b"still here", \
+        return delivered, fred_session.dropped and served, \
             fred_session.transport.get_write_buffer_size()
 
 
