@@ -2,12 +2,22 @@
 (docs/robust-binding.md §2), gap fill by link range (§5.1), heartbeats on idle links (§2.1) and
 the capability query (§6), on the live pubsub path.
 
-Ordering. One `forward` call (what the journal follower read back in one poll) becomes one
-`LinkLog.append_many`; a link record is sent only once Kafka holds it, so every seq a subscriber
-saw is one a restarted broker can refill and will not hand out again. Batches become durable
-out of order when they span partitions, so they wait in a FIFO and are sent in the order they
-were assigned: a link's seqs leave in order. A record that failed is not sent; the link log
-then begins a new epoch on that link (a reset), which is what tells the subscriber.
+Ordering. What `forward` is handed becomes a `LinkLog.append_many`; a link record is sent only
+once Kafka holds it, so every seq a subscriber saw is one a restarted broker can refill and will
+not hand out again. Batches become durable out of order when they span partitions, so they wait
+in a FIFO and are sent in the order they were assigned: a link's seqs leave in order. A record
+that failed is not sent; the link log then begins a new epoch on that link (a reset), which is
+what tells the subscriber.
+
+Coalescing. An append costs the event loop much the same for one message as for twenty: a
+Kafka produce per links partition, a delivery report hop, and above all one data (one socket
+write) per subscriber when it is sent. At paced rates the follower hands over one message at a
+time, so while `APPENDS_IN_FLIGHT` appends are unsettled, what `forward` (and the heartbeats,
+and the end of a hold) would append is *gathered* instead, in order, and appended as one batch
+when the oldest settles, or at once when `GATHER_LIMIT` link items are waiting. An idle fan-out
+appends at once, so a quiet link gains no latency. Any other append (a repair's reset and
+catch-up, a snapshot) first appends what was gathered: link order is call order. The fan-out
+mark counts gathered entries as not yet durable.
 
 Gap fill reads Kafka (the links topic, then the journal) in a worker thread; live data keep
 flowing on the event loop meanwhile, so refill items interleave with live ones. Entitlement
@@ -100,6 +110,14 @@ SERVICE = "apex=pubsub"
 DEFAULT_HOPS = 8
 #: Catch-up items per append_many: each chunk costs the event loop a few ms, not seconds.
 REPAIR_CHUNK = 1000
+#: Topics whose origin endpoint is kept (past it the cache starts over).
+_ORIGINS_LIMIT = 65_536
+_DATA, _HEARTBEAT, _RESET = LinkKind.DATA, LinkKind.HEARTBEAT, LinkKind.RESET
+#: Live appends unsettled before `forward` gathers (see "Coalescing" above).
+APPENDS_IN_FLIGHT = 1
+#: Link items gathered at most before they are appended regardless (a burst's batch: a few ms
+#: of a flat-out publisher at ten subscribers, well inside a links pack's limits).
+GATHER_LIMIT = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +252,7 @@ class _Packer:
             self._send(Data(self._fanout.endpoint, (self._to,), done, BEEP_XML))
 
     def _add(self, to: Endpoint, item: str) -> None:
-        if self._to is not None and to != self._to:
+        if self._to is not None and to is not self._to and to != self._to:
             self.close()  # a batch goes to one subscriber
         self._to = to
         done = self._packer.add(item)
@@ -258,6 +276,9 @@ class SequencedFanout:
         self._loop = asyncio.get_running_loop()
         self.endpoint = Endpoint(SERVICE, service.domain)
         self._pending: deque[_Pending] = deque()
+        #: what plain appends gathered while appends were in flight ("Coalescing" above)
+        self._gathered: list[LinkItem] = []
+        self._gathered_targets: list[tuple[str, JournalEntry | None]] = []
         #: link -> loop time of the last item put on it (for heartbeats)
         self._active: dict[str, float] = {}
         self._heartbeat_task: asyncio.Task[None] | None = None
@@ -276,6 +297,8 @@ class SequencedFanout:
         #: link -> the most items one `<batch>` of its live data holds (batch_live)
         self._live_batch: dict[str, int] = {}
         self._mark_task: asyncio.Task[None] | None = None
+        #: topic -> the endpoint its data come from (`_origin`)
+        self._origins: dict[str, Endpoint] = {}
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -285,6 +308,7 @@ class SequencedFanout:
             self._mark_task = asyncio.create_task(self._keep_marks(self._marks))
 
     async def close(self) -> None:
+        self._append_gathered()
         for task in [self._heartbeat_task, self._mark_task, *self._repairs]:
             if task is not None:
                 task.cancel()
@@ -298,10 +322,11 @@ class SequencedFanout:
     def mark(self) -> dict[int, int]:
         """Per journal partition, the offset below which every entry `forward` was handed is
         durable on its links: what was handed, less anything still on its way to the link
-        log (a pending batch) or held back by a source repair."""
+        log (a pending or gathered batch) or held back by a source repair."""
         mark = {part: offset + 1 for part, offset in self._forwarded.items()}
         waiting = [entry for slot in self._pending for _, entry in slot.targets
                    if entry is not None]
+        waiting += [entry for _, entry in self._gathered_targets if entry is not None]
         waiting += [entry for held in self._held.values() for _, entry in held]
         for entry in waiting:
             part, offset = entry.position
@@ -350,29 +375,57 @@ class SequencedFanout:
         items: list[LinkItem] = []
         targets: list[tuple[str, JournalEntry | None]] = []
         held, forwarded, carried = self._held, self._forwarded, self._carried
+        recipient_links, entitled = self.service.recipient_links_now, self.entitled
         for entry in entries:
-            part, offset = entry.position
+            part, offset = position = entry.position
             forwarded[part] = offset
-            for who, link in self.service.recipient_links(entry.topic):
-                if carried and (link, entry.position) in carried:
-                    carried.discard((link, entry.position))  # on the link before a restart
+            # what LinkItem.data(link, entry) makes, but built here: once per delivery
+            source, source_seq = entry.source, entry.source_seq
+            for who, link in recipient_links(entry.topic):
+                if carried and (link, position) in carried:
+                    carried.discard((link, position))  # on the link before a restart
                     continue
-                if self.entitled(entry, who):
+                if entitled(entry, who):
                     if held and link in held:  # under repair: after the catch-up
                         held[link].append((who, entry))
                         continue
-                    items.append(LinkItem.data(link, entry))
+                    items.append(LinkItem(link, _DATA, position, source, source_seq, None,
+                                          False))
                     targets.append((who, entry))
-        self._append(items, targets)
+        self._queue(items, targets)
+
+    def _queue(self, items: list[LinkItem],
+               targets: list[tuple[str, JournalEntry | None]]) -> None:
+        """Append `items` at once if fewer than APPENDS_IN_FLIGHT appends are unsettled, else
+        gather them for the next one ("Coalescing" in the module docstring)."""
+        if not items:
+            return
+        gathered = self._gathered
+        gathered += items
+        self._gathered_targets += targets
+        if len(self._pending) < APPENDS_IN_FLIGHT or len(gathered) >= GATHER_LIMIT:
+            self._append_gathered()
+        else:
+            now = self._loop.time()
+            for item in items:  # waiting to be appended: no heartbeat meanwhile
+                self._active[item.link] = now
+
+    def _append_gathered(self) -> None:
+        if self._gathered:
+            items, targets = self._gathered, self._gathered_targets
+            self._gathered, self._gathered_targets = [], []
+            self._append(items, targets)
 
     def _append(self, items: list[LinkItem], targets: list[tuple[str, JournalEntry | None]],
                 *, repair: _RepairReset | None = None,
                 then: Callable[[_Pending], None] | None = None,
                 batch: int | None = None) -> _Pending | None:
-        """Assign seqs to `items` and queue them; the slot, or None if nothing was appended
-        (no items, or the link log refused the batch)."""
+        """Assign seqs to `items` and queue them, after whatever was gathered; the slot, or
+        None if nothing was appended (no items, or the link log refused the batch)."""
         if not items:
             return None
+        if self._gathered:
+            self._append_gathered()
         now = self._loop.time()
         for item in items:
             self._active[item.link] = now
@@ -404,6 +457,8 @@ class SequencedFanout:
                     done.then(done)
                 except Exception:
                     log.exception("after-send hook failed for a batch")
+        if self._gathered and len(self._pending) < APPENDS_IN_FLIGHT:
+            self._append_gathered()
 
     def _emit(self, slot: _Pending) -> None:
         """Send what became durable: resets first (each precedes its link's items), then one
@@ -415,10 +470,12 @@ class SequencedFanout:
         packers: dict[str, _Packer] = {}
         known: _ItemParts = {}
         live = self._live_batch
+        items, targets, batch = slot.items, slot.targets, slot.batch
         j = 0
         for outcome, record in zip(slot.outcomes, slot.records, strict=True):
-            inserted = record.kind is LinkKind.RESET and slot.items[j].kind is not LinkKind.RESET
-            who, entry = slot.targets[j]
+            kind = record.kind
+            inserted = kind is _RESET and items[j].kind is not _RESET
+            who, entry = targets[j]
             if not inserted:
                 j += 1
             if isinstance(outcome, JournalUnavailable):
@@ -427,14 +484,13 @@ class SequencedFanout:
                 continue
             link = record.link
             packer = packers.get(link)
-            if packer is None and (slot.batch or link in live):
-                packer = packers[link] = _Packer(self, link, slot.batch or live[link],
-                                                 known=known)
-            if entry is None or record.kind is not LinkKind.DATA:
-                if packer is not None and record.kind is LinkKind.HEARTBEAT:
+            if packer is None and (batch or link in live):
+                packer = packers[link] = _Packer(self, link, batch or live[link], known=known)
+            if entry is None or kind is not _DATA:
+                if packer is not None and kind is _HEARTBEAT:
                     packer.item(_endpoint(who), *self._link_stamp(record))
                     continue
-                repair = slot.repair if record.kind is LinkKind.RESET and not inserted else None
+                repair = slot.repair if kind is _RESET and not inserted else None
                 data = self._link_data(_endpoint(who), record, repair=repair)
                 if packer is not None:
                     packer.single(_endpoint(who), data)
@@ -450,13 +506,23 @@ class SequencedFanout:
             group[1].append(_endpoint(who))
             group[2].append((_data_stamp(record, entry),))
         for entry, recipients, options in by_entry.values():
-            self._send(Data(Endpoint(SERVICE, self.service.domain, entry.topic),
-                            tuple(recipients), entry.content, entry.content_type,
+            self._send(Data(self._origin(entry.topic), tuple(recipients), entry.content,
+                            entry.content_type,
                             options=(_hop_option(entry, next(self._trans_ids)),),
                             recipient_options=tuple(options),
                             content_ref="#Content" if entry.content_type == BEEP_XML else None))
         for packer in packers.values():
             packer.close()
+
+    def _origin(self, topic: str) -> Endpoint:
+        """apex=pubsub/TOPIC@D, what a topic's data come from (built once per topic: an
+        Endpoint checks its parts)."""
+        origin = self._origins.get(topic)
+        if origin is None:
+            if len(self._origins) >= _ORIGINS_LIMIT:
+                self._origins.clear()
+            origin = self._origins[topic] = Endpoint(SERVICE, self.service.domain, topic)
+        return origin
 
     def batch_live(self, link: str, limit: int | None) -> None:
         """From now on `link`'s live items go packed, up to `limit` per `<batch>` (§5.4; the
@@ -470,8 +536,7 @@ class SequencedFanout:
     def _delivery(self, to: Endpoint, record: LinkRecord, entry: JournalEntry,
                   refilled: bool = False) -> Data:
         """One data carrying `entry` on `record`'s link seq to `to` alone."""
-        return Data(Endpoint(SERVICE, self.service.domain, entry.topic), (to,), entry.content,
-                    entry.content_type,
+        return Data(self._origin(entry.topic), (to,), entry.content, entry.content_type,
                     recipient_options=((_data_stamp(record, entry, refilled),),),
                     content_ref="#Content" if entry.content_type == BEEP_XML else None)
 
@@ -580,7 +645,7 @@ class SequencedFanout:
                 if now - last >= interval and link not in self._held:
                     items.append(LinkItem.heartbeat(link))
                     targets.append((who, None))
-            self._append(items, targets)
+            self._queue(items, targets)
 
     # --- requests -----------------------------------------------------------------------
 
@@ -807,7 +872,7 @@ class SequencedFanout:
                     if entry.source_seq > covered.get(entry.source, 0):
                         items.append(LinkItem.data(link, entry))
                         targets.append((who, entry))
-                self._append(items, targets)
+                self._queue(items, targets)
 
     def _put_catch_up(self, state: _Repair, chunk: list[JournalEntry], topics: dict[str, str],
                       covered: dict[str, int], *, reset: _RepairReset | None,

@@ -59,6 +59,10 @@ log = structlog.get_logger(__name__)
 
 #: %SECONDS; of the APEX core DTD: the largest duration a subscribe may ask for.
 MAX_DURATION_S = 2_147_483_647
+#: Topics whose recipient links are kept (past it the cache starts over).
+_LINKS_KEPT = 65_536
+#: "Until" for recipient links no expiry bounds.
+_FOREVER = 1 << 62
 
 
 class AccessPolicy(Protocol):
@@ -101,6 +105,9 @@ class PubsubService:
         self._lock = threading.Lock()
         self._by_topic: dict[str, dict[str, Subscription]] = {}
         self._expiries: list[tuple[int, str]] = []  # (expires_at, registry key), lazily pruned
+        #: topic -> (from and until when it holds, its recipient links): the fan-out asks per
+        #: message, subscriptions change rarely; every change of `_by_topic` empties it
+        self._links: dict[str, tuple[int, int, tuple[tuple[str, str], ...]]] = {}
         for sub in core.subscriptions:
             if sub.state is SubscriptionState.ACTIVE:
                 self._remember(sub)
@@ -141,6 +148,7 @@ class PubsubService:
         self.core.topics.delete(topic)
         with self._lock:
             ended = list(self._by_topic.pop(topic, {}).values())
+            self._links.clear()
         for sub in ended:
             self._drop(sub)
         log.info("topic deleted", topic=topic, by=originator, subscriptions_ended=len(ended))
@@ -219,6 +227,7 @@ class PubsubService:
             return Forward(via)
         with self._lock:
             sub = self._by_topic.get(topic, {}).pop(subscriber, None)
+            self._links.clear()
         if sub is not None:
             self._drop(sub)
             log.info("cancelled", topic=topic, subscriber=subscriber, by=originator)
@@ -227,6 +236,7 @@ class PubsubService:
     def _remember(self, sub: Subscription) -> None:
         with self._lock:
             self._by_topic.setdefault(sub.topic, {})[sub.subscriber] = sub
+            self._links.clear()
             if sub.expires_at is not None:
                 heapq.heappush(self._expiries, (sub.expires_at, sub.key))
 
@@ -250,6 +260,7 @@ class PubsubService:
                 sub = self._by_topic.get(topic, {}).get(subscriber)
                 if sub is not None and sub.expires_at == at:  # not renewed meanwhile
                     del self._by_topic[topic][subscriber]
+                    self._links.clear()
                     due.append(sub)
         for sub in due:
             self._drop(sub)
@@ -296,13 +307,31 @@ class PubsubService:
     def recipient_links(self, topic: str, now: int | None = None) -> list[tuple[str, str]]:
         """(subscriber, link) of each subscription to `topic` active now: where the sequenced
         fan-out puts each message."""
+        return list(self.recipient_links_now(topic, now))
+
+    def recipient_links_now(self, topic: str, now: int | None = None,
+                            ) -> tuple[tuple[str, str], ...]:
+        """`recipient_links`, as the fan-out asks it once per message: kept per topic until
+        a subscription changes or the first of them runs out (a shared tuple: not a copy)."""
         now = self._clock() if now is None else now
         with self._lock:
+            kept = self._links.get(topic)
+            if kept is not None and kept[0] <= now < kept[1]:
+                return kept[2]
             subs = self._by_topic.get(topic)
             if not subs:
-                return []
-            return [(who, s.link_id or default_link_id(who)) for who, s in subs.items()
+                return ()
+            live = [(who, s) for who, s in subs.items()
                     if s.expires_at is None or s.expires_at > now]
+            links = tuple((who, s.link_id or default_link_id(who)) for who, s in live)
+            # Holds from `now` until the first of them runs out; what ran out before `now`
+            # stays out for any later time.
+            until = min((s.expires_at for _, s in live if s.expires_at is not None),
+                        default=_FOREVER)
+            if len(self._links) >= _LINKS_KEPT:
+                self._links.clear()
+            self._links[topic] = (now, until, links)
+            return links
 
     def link_topics(self, link: str, now: int | None = None) -> dict[str, str]:
         """Topic -> subscriber of each subscription active now that travels on `link`: what a

@@ -54,7 +54,9 @@ class LinkRecordWriter:
         self._header = MARKER + sv.fingerprint
         self._batch_header = MARKER + batch.fingerprint
         self._heads: dict[tuple[str, int, int, int], tuple[bytes, bytes]] = {}
-        self._stamp: tuple[tuple[int, int] | None, bytes] = (None, b"")
+        #: the last record whose tail was written, and that tail
+        self._last: LinkRecord | None = None
+        self._tail = b""
 
     def encode(self, record: LinkRecord) -> bytes:
         if self.fast:
@@ -77,8 +79,10 @@ class LinkRecordWriter:
         return self._codec.encode(BATCH_SCHEMA, {"records": [r.to_avro() for r in records]})
 
     def _body(self, r: LinkRecord) -> bytes:
-        # A link's epoch, epoch start and bits change only on a reset, and writer and time
-        # are shared by every record of one append: each cached as bytes.
+        # A link's epoch, epoch start and bits change only on a reset: its head is cached as
+        # bytes. What follows the kind (the message, the owner, the writer and time, the
+        # snapshot flag) is the same for every record of a fan-out turn's message, which
+        # shares the very objects: it is cached for as long as the next record shares them.
         key = (r.link, r.epoch, r.epoch_start, r.bits)
         head = self._heads.get(key)
         if head is None:
@@ -86,21 +90,28 @@ class LinkRecordWriter:
             if len(self._heads) >= _HEADS_LIMIT:
                 self._heads.clear()
             self._heads[key] = head
+        last = self._last
+        if last is None or r.position is not last.position or r.source is not last.source \
+                or r.source_seq is not last.source_seq or r.owner is not last.owner \
+                or r.writer is not last.writer or r.recorded_at is not last.recorded_at \
+                or r.snapshot is not last.snapshot:
+            self._last = None  # a record that goes down the slow path leaves no cache
+            self._tail = self._tail_of(r)
+            self._last = r
+        return b"".join((head[0], _long(r.ordinal), head[1], _KINDS[r.kind], self._tail))
+
+    @staticmethod
+    def _tail_of(r: LinkRecord) -> bytes:
         snapshot = r.snapshot
         if type(snapshot) is not bool:
             raise _Slow
-        stamp = (r.writer, r.recorded_at)
-        if stamp != self._stamp[0] or type(r.writer) is not int \
-                or type(r.recorded_at) is not int:
-            self._stamp = (stamp, _long(r.writer) + _long(r.recorded_at))
         pos = r.position
         v: Any
         return b"".join((
-            head[0], _long(r.ordinal), head[1], _KINDS[r.kind],
             _NULL if pos is None else _PRESENT + _int(pos.partition),
             _NULL if pos is None else _PRESENT + _long(pos.offset),
             _NULL if (v := r.source) is None else _PRESENT + _string(v),
             _NULL if (v := r.source_seq) is None else _PRESENT + _long(v),
             _NULL if (v := r.owner) is None else _PRESENT + _string(v),
-            self._stamp[1], b"\x01" if snapshot else b"\x00",
+            _long(r.writer), _long(r.recorded_at), b"\x01" if snapshot else b"\x00",
         ))

@@ -124,8 +124,14 @@ class LinkKind(StrEnum):
     RESET = "RESET"
 
 
-@dataclass(frozen=True, slots=True)
-class LinkItem:
+_DATA, _RESET = LinkKind.DATA, LinkKind.RESET
+
+# LinkItem and LinkRecord are NamedTuples, not frozen dataclasses: a fan-out turn makes one of
+# each per delivery (ten per message at ten subscribers), and a frozen slots dataclass of these
+# sizes takes about five times as long to build. They stay immutable values.
+
+
+class LinkItem(NamedTuple):
     """What the fan-out asks to put on a link; the log gives it its seq."""
 
     link: str
@@ -140,8 +146,7 @@ class LinkItem:
 
     @classmethod
     def data(cls, link: str, entry: JournalEntry, *, snapshot: bool = False) -> LinkItem:
-        return cls(link, LinkKind.DATA, entry.position, entry.source, entry.source_seq,
-                   snapshot=snapshot)
+        return cls(link, _DATA, entry.position, entry.source, entry.source_seq, None, snapshot)
 
     @classmethod
     def heartbeat(cls, link: str) -> LinkItem:
@@ -168,8 +173,7 @@ class LinkItem:
             raise InvalidParameter("only DATA is a snapshot copy")
 
 
-@dataclass(frozen=True, slots=True)
-class LinkRecord:
+class LinkRecord(NamedTuple):
     """One record of the link log: what link seq `link_seq` of `epoch` carried."""
 
     link: str
@@ -244,9 +248,25 @@ class LinkRecoveryReport:
     writer: int = 0
 
 
-@dataclass
+class _Head(NamedTuple):
+    """A link's newest *assigned* record: what the next append follows (one per assignment,
+    so a tuple rather than a `_State`)."""
+
+    ordinal: int
+    epoch: int
+    epoch_start: int
+    bits: int
+    owner: str | None
+
+    def head(self, link: str) -> LinkHead:
+        return LinkHead(link, self.epoch, _space(self.bits).add(0, self.ordinal
+                                                                 - self.epoch_start),
+                        self.ordinal, self.epoch_start, self.bits, self.owner)
+
+
+@dataclass(slots=True)
 class _State:
-    """A link's newest record (assigned, or durable), and for durable state its index."""
+    """A link's newest durable record, and its index."""
 
     ordinal: int
     epoch: int
@@ -260,8 +280,8 @@ class _State:
     buckets: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def head(self, link: str) -> LinkHead:
-        return LinkHead(link, self.epoch, LinkSeqSpace(self.bits).add(0, self.ordinal
-                                                                       - self.epoch_start),
+        return LinkHead(link, self.epoch, _space(self.bits).add(0, self.ordinal
+                                                                 - self.epoch_start),
                         self.ordinal, self.epoch_start, self.bits, self.owner)
 
 
@@ -345,7 +365,7 @@ class LinkLog:
         self._lock = threading.Lock()
         self._book = threading.RLock()
         self._claims = threading.Lock()  # one claim at a time: check, then append
-        self._heads: dict[str, _State] = {}
+        self._heads: dict[str, _Head] = {}
         self._durable: dict[str, _State] = {}
         #: links whose next append must begin a new epoch. Delivery reports add to it without
         #: _lock (set.add is atomic under the GIL; append_many may be waiting for queue space
@@ -386,19 +406,30 @@ class LinkLog:
             callback([])
             return []
         records: list[LinkRecord] = []
+        append = records.append
         with self._lock:
             at = self._clock()
-            heads: dict[str, _State] = {}  # this batch's new heads, committed once produced
+            heads: dict[str, _Head] = {}  # this batch's new heads, committed once produced
+            known, broken, bits_now, writer = self._heads, self._broken, self.space.bits, \
+                self._writer
             for item in items:
-                link = item.link
-                head = heads.get(link) or self._heads.get(link)
-                if item.kind is not LinkKind.RESET and (
-                        head is None or link in self._broken or head.bits != self.space.bits):
-                    head = self._next_record(records, LinkItem.reset(link), head, at)
-                    self._broken.discard(link)
-                elif item.kind is LinkKind.RESET:
-                    self._broken.discard(link)
-                heads[link] = self._next_record(records, item, head, at)
+                link, kind = item.link, item.kind
+                head = heads.get(link) or known.get(link)
+                if kind is _RESET:
+                    broken.discard(link)
+                    heads[link] = self._reset_record(records, link, item.owner, head, at)
+                    continue
+                if head is None or link in broken or head.bits != bits_now:
+                    head = self._reset_record(records, link, None, head, at)
+                    broken.discard(link)
+                # the next seq of the epoch (LinkSeqSpace.add inlined: once per delivery)
+                ordinal, epoch, start, bits = head.ordinal + 1, head.epoch, head.epoch_start, \
+                    head.bits
+                append(LinkRecord(link, ordinal, epoch, start, bits,
+                                  (ordinal - start - 1) % ((1 << bits) - 1) + 1, kind,
+                                  item.position, item.source, item.source_seq, None, writer,
+                                  at, item.snapshot))
+                heads[link] = _Head(ordinal, epoch, start, bits, head.owner)
             refused = self._produce(records, callback)
             self._heads.update(heads)
         for delivery, error in refused:  # outside the lock: this may run the callback
@@ -410,13 +441,16 @@ class LinkLog:
         """Queue `records` packed: per partition, in their order, up to `PACK_RECORDS` to one
         Kafka record (under `_lock`: the produce order is the assignment order)."""
         by_part: dict[int, list[int]] = {}
-        for i, r in enumerate(records):
-            part = self.partition_for(r.link)
-            indices = by_part.get(part)
-            if indices is None:
-                by_part[part] = [i]
-            else:
-                indices.append(i)
+        if self._partitions == 1:  # the default: no link needs hashing
+            by_part[0] = list(range(len(records)))
+        else:
+            for i, r in enumerate(records):
+                part = self.partition_for(r.link)
+                indices = by_part.get(part)
+                if indices is None:
+                    by_part[part] = [i]
+                else:
+                    indices.append(i)
         chunks = [(part, indices[k:k + PACK_RECORDS]) for part, indices in by_part.items()
                   for k in range(0, len(indices), PACK_RECORDS)]
         batch = _Batch(self, records, len(chunks), callback)
@@ -431,25 +465,20 @@ class LinkLog:
             queued.append((key, encode(pack), part, _Pack(batch, indices)))
         return self._producer.produce_many(self.topic, queued)
 
-    def _next_record(self, out: list[LinkRecord], item: LinkItem, head: _State | None,
-                     at: int) -> _State:
-        ordinal = 0 if head is None else head.ordinal + 1
-        owner = head.owner if head is not None else None
-        if item.kind is LinkKind.RESET:
-            epoch = 0 if head is None else head.epoch + 1
-            start, bits = ordinal, self.space.bits
-            owner = item.owner or owner
+    def _reset_record(self, out: list[LinkRecord], link: str, owner: str | None,
+                      head: _Head | None, at: int) -> _Head:
+        """Append to `out` the RESET that begins `link`'s next epoch (its first: epoch 0);
+        the link's new head. `owner`: who claims the link (None: it keeps its owner)."""
+        bits = self.space.bits
+        if head is None:
+            ordinal = epoch = 0
+            keeps = owner
         else:
-            assert head is not None
-            epoch, start, bits = head.epoch, head.epoch_start, head.bits
-        out.append(LinkRecord(
-            item.link, ordinal, epoch, start, bits,
-            self.space.add(0, ordinal - start) if bits == self.space.bits
-            else LinkSeqSpace(bits).add(0, ordinal - start),
-            item.kind, item.position, item.source, item.source_seq,
-            item.owner if item.kind is LinkKind.RESET else None, self._writer, at,
-            item.snapshot))
-        return _State(ordinal, epoch, start, bits, owner)
+            ordinal, epoch = head.ordinal + 1, head.epoch + 1
+            keeps = owner or head.owner
+        out.append(LinkRecord(link, ordinal, epoch, ordinal, bits, 0, _RESET, None, None, None,
+                              owner, self._writer, at, False))
+        return _Head(ordinal, epoch, ordinal, bits, keeps)
 
     def append_sync(self, items: Sequence[LinkItem], timeout_s: float = 60.0,
                     ) -> list[LinkRecord]:
@@ -646,8 +675,8 @@ class LinkLog:
             self._writer = max(self._clock(), writer + 1)
             with self._lock:
                 for link, st in self._durable.items():
-                    self._heads[link] = _State(st.ordinal, st.epoch, st.epoch_start, st.bits,
-                                               st.owner)
+                    self._heads[link] = _Head(st.ordinal, st.epoch, st.epoch_start, st.bits,
+                                              st.owner)
                     if st.bits != self.space.bits:
                         self._broken.add(link)
         self._flush_checkpoints()

@@ -1,0 +1,95 @@
+"""Coalescing in the sequenced fan-out (adapters/apex/_sequenced.py, "Coalescing"): what
+`forward` is handed while an append is unsettled is gathered and appended together once it
+settles. Real Kafka, real BEEP over TCP.
+
+The entries are real journal records, published before anybody subscribed (so the follower
+forwarded them to nobody) and then handed to `forward` one at a time in one event-loop step,
+as a follower handing one message per poll at a paced rate would, only faster than any append
+can settle."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from adapters.apex.pubsub_client import Delivered, PubsubClient
+from adapters.app import BrokerApp
+from broker.kafka_io import KafkaConfig
+from broker.records import JournalEntry
+from broker.robust.config import RobustConfig
+from broker.robust.links import LinkBatchCallback, LinkItem, LinkRecord
+
+pytestmark = pytest.mark.kafka
+
+QUIET = RobustConfig(heartbeat_ms=600_000)
+TOPIC = "q.coalesce"
+COUNT = 40
+
+
+async def _deliveries(client: PubsubClient, count: int) -> list[Delivered]:
+    out: list[Delivered] = []
+    events = client.events()
+    while len(out) < count:
+        event = await asyncio.wait_for(anext(events), 30)
+        if isinstance(event, Delivered):
+            out.append(event)
+    return out
+
+
+async def _coalesced(config: KafkaConfig) -> None:
+    async with BrokerApp(config, robust=QUIET) as app:
+        fanout = app.handler.sequenced
+        assert fanout is not None
+        pub, fred, barney = [await PubsubClient.connect("127.0.0.1", app.port, who)
+                             for who in ("pub@example.com", "fred@example.com",
+                                         "barney@example.com")]
+        await pub.create_topic(TOPIC)
+        for k in range(COUNT):
+            await pub.publish(TOPIC, f"m{k}".encode())
+        entries: list[JournalEntry] = await asyncio.to_thread(
+            lambda: list(app.core.journal.read_source("pub@example.com")))
+        assert [e.content for e in entries] == [f"m{k}".encode() for k in range(COUNT)]
+        await fred.subscribe(TOPIC, 3600, link="fred-co")
+        await barney.subscribe(TOPIC, 3600, batch=16)
+
+        appends: list[int] = []
+        append_many = app.core.links.append_many
+
+        def counted(items: Sequence[LinkItem], callback: LinkBatchCallback,
+                    ) -> list[LinkRecord]:
+            appends.append(len(items))
+            return append_many(items, callback)
+
+        app.core.links.append_many = counted  # type: ignore[method-assign]
+        for entry in entries:  # one step: no append can settle meanwhile
+            fanout.forward([entry])
+        # the first went at once (an idle fan-out does not wait); the rest wait for it
+        assert appends == [2]
+        part = entries[0].position.partition
+        assert fanout.mark()[part] <= entries[0].position.offset  # none of them durable yet
+
+        got_fred, got_barney = await asyncio.gather(_deliveries(fred, COUNT),
+                                                    _deliveries(barney, COUNT))
+        # ... and went as one append once it settled: in order, once, on every link
+        assert appends == [2, 2 * (COUNT - 1)]
+        for got, link in ((got_fred, "fred-co"), (got_barney, "barney@example.com")):
+            assert [d.content for d in got] == [f"m{k}".encode() for k in range(COUNT)]
+            stamps = [d.stamp for d in got]
+            assert [(s.link, s.link_seq, s.source_seq) for s in stamps if s is not None] == \
+                [(link, k + 1, e.source_seq) for k, e in enumerate(entries)]
+        assert fanout.mark()[part] == entries[-1].position.offset + 1
+
+        fanout.forward([entries[-1]])  # idle again: appended at once
+        assert appends[-1] == 2
+        for c in (pub, fred, barney):
+            await c.close()
+
+
+def test_entries_forwarded_while_an_append_is_unsettled_go_together_in_order_once(
+        kafka_config: KafkaConfig) -> None:
+    """Entries handed to the fan-out while an append is in flight are gathered and appended
+    as one batch when it settles; every link gets each once, in order, and the fan-out mark
+    does not pass them until they are durable."""
+    asyncio.run(_coalesced(kafka_config))
