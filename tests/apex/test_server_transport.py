@@ -211,7 +211,7 @@ def test_a_peer_that_withholds_its_window_is_dropped_at_max_outbound(loop: str) 
     delivered, ok, unsent = run(_withheld_window(1000))
     assert ok
     assert unsent == 0  # fred read everything: it was the BEEP backlog that grew
-    assert 1 <= delivered <= 256 * 1024 // len(PAYLOAD) + 1
+    assert 0 < delivered <= 256 * 1024 // len(PAYLOAD) + 1
 
 
 @pytest.fixture(scope="module", name="ca")

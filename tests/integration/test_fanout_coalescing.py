@@ -14,28 +14,19 @@ from collections.abc import Sequence
 
 import pytest
 
-from adapters.apex.pubsub_client import Delivered, PubsubClient
+from adapters.apex.pubsub_client import PubsubClient
 from adapters.app import BrokerApp
 from broker.kafka_io import KafkaConfig
 from broker.records import JournalEntry
 from broker.robust.config import RobustConfig
 from broker.robust.links import LinkBatchCallback, LinkItem, LinkRecord
+from tests.integration.deliveries import deliveries
 
 pytestmark = pytest.mark.kafka
 
 QUIET = RobustConfig(heartbeat_ms=600_000)
 TOPIC = "q.coalesce"
 COUNT = 40
-
-
-async def _deliveries(client: PubsubClient, count: int) -> list[Delivered]:
-    out: list[Delivered] = []
-    events = client.events()
-    while len(out) < count:
-        event = await asyncio.wait_for(anext(events), 30)
-        if isinstance(event, Delivered):
-            out.append(event)
-    return out
 
 
 async def _coalesced(config: KafkaConfig) -> None:
@@ -70,8 +61,8 @@ async def _coalesced(config: KafkaConfig) -> None:
         part = entries[0].position.partition
         assert fanout.mark()[part] <= entries[0].position.offset  # none of them durable yet
 
-        got_fred, got_barney = await asyncio.gather(_deliveries(fred, COUNT),
-                                                    _deliveries(barney, COUNT))
+        got_fred, got_barney = await asyncio.gather(deliveries(fred, COUNT),
+                                                    deliveries(barney, COUNT))
         # ... and went as one append once it settled: in order, once, on every link
         assert appends == [2, 2 * (COUNT - 1)]
         for got, link in ((got_fred, "fred-co"), (got_barney, "barney@example.com")):

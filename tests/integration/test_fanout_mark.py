@@ -13,27 +13,18 @@ import asyncio
 
 import pytest
 
-from adapters.apex.pubsub_client import Delivered, PubsubClient
+from adapters.apex.pubsub_client import PubsubClient
 from adapters.app import BrokerApp
 from broker.core import BrokerCore
 from broker.kafka_io import KafkaConfig
 from broker.records import Publication
 from broker.robust.config import RobustConfig
+from tests.integration.deliveries import deliveries
 
 pytestmark = pytest.mark.kafka
 
 QUIET = RobustConfig(heartbeat_ms=600_000)
 LINK = "jade-mark"
-
-
-async def _deliveries(client: PubsubClient, count: int) -> list[Delivered]:
-    out: list[Delivered] = []
-    events = client.events()
-    while len(out) < count:
-        event = await asyncio.wait_for(anext(events), 30)
-        if isinstance(event, Delivered):
-            out.append(event)
-    return out
 
 
 def _journal_behind_the_fanout(config: KafkaConfig, count: int) -> None:
@@ -56,7 +47,7 @@ async def _mark(config: KafkaConfig) -> None:
         await jade.subscribe("q.mark", 3600, link=LINK)
         for k in range(3):
             await pub.publish("q.mark", f"live {k}".encode())
-        before = await _deliveries(jade, 3)
+        before = await deliveries(jade, 3)
         for c in (pub, jade):
             await c.close()
 
@@ -71,7 +62,7 @@ async def _mark(config: KafkaConfig) -> None:
             await asyncio.sleep(0.02)  # the link log has no change notification to await
         jade = await PubsubClient.connect("127.0.0.1", app.port, "jade@example.com")
         await jade.gap(LINK, 4)  # a subscriber that comes back asks for what it missed
-        after = await _deliveries(jade, 5)
+        after = await deliveries(jade, 5)
         await jade.close()
     stamps = [d.stamp for d in before + after]
     assert all(s is not None for s in stamps)

@@ -25,6 +25,7 @@ from broker.errors import (
 from broker.kafka_io import KafkaConfig
 from broker.robust.config import RobustConfig
 from tests.integration.broker_process import start_broker
+from tests.integration.deliveries import deliveries
 
 pytestmark = pytest.mark.kafka
 
@@ -35,16 +36,6 @@ Event = Delivered | Ended | LinkEvent
 
 async def _next(events: AsyncIterator[Event], timeout: float = 30) -> Event:
     return await asyncio.wait_for(anext(events), timeout)
-
-
-async def _deliveries(client: PubsubClient, count: int) -> list[Delivered]:
-    out: list[Delivered] = []
-    events = client.events()
-    while len(out) < count:
-        event = await _next(events)
-        if isinstance(event, Delivered):
-            out.append(event)
-    return out
 
 
 def _seqs(got: list[Delivered]) -> list[tuple[str, int, str, int]]:
@@ -70,11 +61,11 @@ async def _sequenced(config: KafkaConfig) -> None:
         await jade.subscribe("q.a", 600, link="desk-1")
         for k in range(6):
             await pub.publish("q.a" if k % 2 == 0 else "q.b", f"m{k}".encode())
-        got = await _deliveries(fred, 6)
+        got = await deliveries(fred, 6)
         # one link across both topics: link seqs 1..6 in journal order
         assert [s[:2] for s in _seqs(got)] == [("fred@example.com", i) for i in range(1, 7)]
         assert [d.content for d in got] == [f"m{k}".encode() for k in range(6)]
-        jade_got = await _deliveries(jade, 3)
+        jade_got = await deliveries(jade, 3)
         assert [s[:2] for s in _seqs(jade_got)] == [("desk-1", i) for i in range(1, 4)]
         # the same message carries the same source and source seq on both links
         assert _seqs(jade_got)[0][2:] == _seqs(got)[0][2:]
@@ -99,7 +90,7 @@ async def _away_and_back(config: KafkaConfig) -> None:
         await fred.subscribe("q.away", 600, link="fred-desk")
         for k in range(3):
             await pub.publish("q.away", f"a{k}".encode())
-        before = await _deliveries(fred, 3)
+        before = await deliveries(fred, 3)
         await fred.close()
         for k in range(3, 8):
             await pub.publish("q.away", f"a{k}".encode())
@@ -114,7 +105,7 @@ async def _away_and_back(config: KafkaConfig) -> None:
         assert last is not None and last.link_seq == 3
         reply = await fred.gap("fred-desk", last.link_seq + 1, epoch=last.epoch)
         assert (reply.code, reply.link_seq) == (250, 8)
-        refilled = await _deliveries(fred, 5)
+        refilled = await deliveries(fred, 5)
         assert [d.content for d in refilled] == [f"a{k}".encode() for k in range(3, 8)]
         assert all(d.stamp is not None and d.stamp.refill for d in refilled)
         seqs = _seqs(refilled)
@@ -122,7 +113,7 @@ async def _away_and_back(config: KafkaConfig) -> None:
         assert [s[3] for s in seqs] == [_seqs(before)[-1][3] + i for i in range(1, 6)]
         # a gap of one: from = to, the same item again
         await fred.gap("fred-desk", 6, 6)
-        again = await _deliveries(fred, 1)
+        again = await deliveries(fred, 1)
         assert _seqs(again) == [seqs[2]] and again[0].content == b"a5"
         for c in (pub, fred):
             await c.close()
@@ -140,7 +131,7 @@ async def _bad_gaps(config: KafkaConfig) -> None:
         await fred.subscribe("q.bad", 600, link="fred-bad")
         for k in range(4):
             await pub.publish("q.bad", f"b{k}".encode())
-        await _deliveries(fred, 4)
+        await deliveries(fred, 4)
         head = app.core.links.last("fred-bad")
         assert head is not None and head.link_seq == 4
         cases: list[tuple[int, int | None, type[ApexpsError]]] = [
@@ -171,7 +162,7 @@ async def _bad_gaps(config: KafkaConfig) -> None:
         # request still works
         assert app.core.links.last("fred-bad") == head
         await pub.publish("q.bad", b"after")
-        nxt = await _deliveries(fred, 1)
+        nxt = await deliveries(fred, 1)
         assert nxt[0].content == b"after" and _seqs(nxt)[0][1] == 5
         for c in (pub, fred, jade):
             await c.close()
@@ -240,7 +231,7 @@ async def _after_kill(config: KafkaConfig) -> None:
         await fred.subscribe("q.crash", 600, link="fred-crash")
         for k in range(10):
             await pub.publish("q.crash", f"c{k}".encode())
-        live = await _deliveries(fred, 10)
+        live = await deliveries(fred, 10)
         proc.kill()
         await proc.wait()
         for c in (pub, fred):
@@ -251,13 +242,13 @@ async def _after_kill(config: KafkaConfig) -> None:
         fred = await PubsubClient.connect("127.0.0.1", port, "fred@example.com")
         reply = await fred.gap("fred-crash", 3, 8)
         assert (reply.code, reply.link_seq) == (250, 8)
-        refilled = await _deliveries(fred, 6)
+        refilled = await deliveries(fred, 6)
         assert _seqs(refilled) == _seqs(live)[2:8]
         assert [d.content for d in refilled] == [d.content for d in live[2:8]]
         # sequencing continues after the last durable seq
         pub = await PubsubClient.connect("127.0.0.1", port, "pub@example.com")
         await pub.publish("q.crash", b"later")
-        nxt = await _deliveries(fred, 1)
+        nxt = await deliveries(fred, 1)
         assert nxt[0].content == b"later" and _seqs(nxt)[0][1] > 10
         for c in (pub, fred):
             await c.close()
