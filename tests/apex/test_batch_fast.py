@@ -36,6 +36,7 @@ from adapters.apex._robust_codec import (
 )
 from broker.errors import ApexpsError
 from broker.records import PublishType
+from tests.mutations import EDITS, edit_octets
 
 LINK = "s1@bench.example"
 
@@ -174,6 +175,8 @@ _INSERTS = [b" ", b"\t", b"\n", b"\r\n", b"'", b'"', b"&", b"&amp;", b"&#65;", b
 
 
 _SEAM = re.compile(rb"[<>'\"= /]")
+_SWAPS = [(b"'", b'"'), (b" ", b"  "), (b" ", b"\n"), (b" />", b"/>"), (b" />", b"></seq>"),
+          (b"data", b"heartbeat"), (b"='", b" = '")]
 
 
 @st.composite
@@ -181,32 +184,9 @@ def _mutated(draw: st.DrawFn) -> bytes:
     """A packed batch, then a few edits of its octets."""
     doc = draw(_batches(odd=draw(st.booleans())))
     for _ in range(draw(st.sampled_from([1, 1, 1, 2, 3]))):
-        kind = draw(st.sampled_from(["flip", "insert", "insert", "insert", "swap", "delete",
-                                     "truncate", "case", "copy"]))
-        seams = [m.start() for m in _SEAM.finditer(doc)]
-        at = draw(st.integers(0, len(doc)) | st.sampled_from(seams or [0]))
-        end = draw(st.integers(at, min(len(doc), at + 40)))
-        if kind == "flip" and at < len(doc):
-            doc = doc[:at] + bytes([doc[at] ^ draw(st.integers(1, 255))]) + doc[at + 1:]
-        elif kind == "insert":
-            piece = draw(st.sampled_from(_INSERTS) | st.binary(min_size=1, max_size=4))
-            doc = doc[:at] + piece + doc[at:]
-        elif kind == "swap":
-            old, new = draw(st.sampled_from([(b"'", b'"'), (b" ", b"  "), (b" ", b"\n"),
-                                             (b" />", b"/>"), (b" />", b"></seq>"),
-                                             (b"data", b"heartbeat"), (b"='", b" = '")]))
-            found = doc.find(old, at)
-            if found >= 0:
-                doc = doc[:found] + new + doc[found + len(old):]
-        elif kind == "delete":
-            doc = doc[:at] + doc[end:]
-        elif kind == "truncate":
-            doc = doc[:at]
-        elif kind == "case":
-            change = draw(st.sampled_from([bytes.upper, bytes.lower, bytes.swapcase]))
-            doc = doc[:at] + change(doc[at:end]) + doc[end:]
-        else:
-            doc = doc[:at] + doc[at:end] + doc[at:]
+        doc = edit_octets(draw, doc, draw(st.sampled_from(EDITS)),
+                          seams=[m.start() for m in _SEAM.finditer(doc)], inserts=_INSERTS,
+                          swaps=_SWAPS)
     return doc
 
 

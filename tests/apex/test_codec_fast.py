@@ -35,6 +35,7 @@ from adapters.apex._codec import (
 )
 from adapters.apex._endpoint import Endpoint
 from broker.errors import ApexpsError, ReplyCode
+from tests.mutations import EDITS, edit_octets
 
 FRED, BARNEY = Endpoint.parse("fred@example.com"), Endpoint.parse("barney@example.com")
 
@@ -156,6 +157,11 @@ _INSERTS = [b"\r\n", b"\r", b"\n", b" ", b"\t", b"\x0c", b"--", b"'", b"\"", b"&
             b"\r\n\r\n", b"--\r\n", b"content='cid:x'", b"identity='a@b.c'", b"=", b"data"]
 
 
+#: One octet for another the layout treats alike, or nearly.
+_SWAPS = [(b"'", b'"'), (b'"', b"'"), (b" ", b"\t"), (b" ", b"\n"), (b" ", b"\x0c"),
+          (b"\r\n", b"\n"), (b"\r\n", b" "), (b" />", b"/>"), (b" />", b"></x>")]
+
+
 @st.composite
 def _mutated(draw: st.DrawFn) -> tuple[str, bytes]:
     """An encoded data, then a few edits of its octets or its Content-Type."""
@@ -166,33 +172,11 @@ def _mutated(draw: st.DrawFn) -> tuple[str, bytes]:
     inserts = [*_INSERTS, b"\r\n--" + boundary, b"--" + boundary, b"\r\n--" + boundary + b"--",
                b"\r\n--" + boundary + b"--\r\n", boundary]
     for _ in range(draw(st.sampled_from([1, 1, 1, 2, 3]))):
-        kind = draw(st.sampled_from(["flip", "insert", "insert", "insert", "swap", "delete",
-                                     "truncate", "case", "copy", "type"]))
-        # half the edits land at a seam of the layout, where a guard has to tell
-        seams = [i for i, octet in enumerate(body) if octet in b"<>'\"= \r\n@/-:"]
-        at = draw(st.integers(0, len(body)) | st.sampled_from(seams or [0]))
-        end = draw(st.integers(at, min(len(body), at + 40)))
-        if kind == "flip" and at < len(body):
-            body = body[:at] + bytes([body[at] ^ draw(st.integers(1, 255))]) + body[at + 1:]
-        elif kind == "insert":
-            piece = draw(st.sampled_from(inserts) | st.binary(min_size=1, max_size=4))
-            body = body[:at] + piece + body[at:]
-        elif kind == "swap":  # one octet for another the layout treats alike, or nearly
-            pairs = [(b"'", b'"'), (b'"', b"'"), (b" ", b"\t"), (b" ", b"\n"), (b" ", b"\x0c"),
-                     (b"\r\n", b"\n"), (b"\r\n", b" "), (b" />", b"/>"), (b" />", b"></x>")]
-            old, new = draw(st.sampled_from(pairs))
-            found = body.find(old, at)
-            if found >= 0:
-                body = body[:found] + new + body[found + len(old):]
-        elif kind == "delete":
-            body = body[:at] + body[end:]
-        elif kind == "truncate":
-            body = body[:at]
-        elif kind == "case":
-            change = draw(st.sampled_from([bytes.upper, bytes.lower, bytes.swapcase]))
-            body = body[:at] + change(body[at:end]) + body[end:]
-        elif kind == "copy":
-            body = body[:at] + body[at:end] + body[at:]
+        kind = draw(st.sampled_from([*EDITS, "type"]))
+        if kind != "type":
+            # half the edits land at a seam of the layout, where a guard has to tell
+            seams = [i for i, octet in enumerate(body) if octet in b"<>'\"= \r\n@/-:"]
+            body = edit_octets(draw, body, kind, seams=seams, inserts=inserts, swaps=_SWAPS)
         else:
             cut = draw(st.integers(0, len(content_type)))
             edit = draw(st.sampled_from(["", " ", ";", '"', "<", ">", "\\", "A", "%", "; x=y",
