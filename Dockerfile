@@ -1,7 +1,7 @@
 # The broker image for compose.yaml (Kafka comes from the official apache/kafka image there).
 FROM python:3.11-slim
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY broker broker
 COPY adapters adapters
 COPY ops ops

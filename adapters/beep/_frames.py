@@ -42,9 +42,11 @@ including the NUL rule ("." and size zero).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from adapters import speedups
 from broker.errors import ReplyCode
 
 from ._config import DEFAULT_MAX_FRAME_SIZE, MAX_NUMBER
@@ -192,6 +194,12 @@ _WHOLE_HEADER = re.compile(
 _KEYWORDS = (b"MSG ", b"RPY ", b"ERR ", b"ANS ", b"NUL ", b"SEQ ")
 _TYPES = {t.value.encode("ascii"): t for t in FrameType}
 _KEYWORD_BYTES = {t: k for k, t in _TYPES.items()}
+_WHOLE_TYPES = (FrameType.MSG, FrameType.RPY, FrameType.ERR)
+#: `scan_whole(buf, pos, max_frame_size, types)`: `next_whole()`'s parse in C (None if not built)
+_c = speedups.load("adapters.beep._speedups")
+_scan_whole: Callable[[bytes | bytearray, int, int, tuple[FrameType, ...]],
+                      tuple[FrameType, int, int, int, bytes, int] | None] | None = \
+    _c.scan_whole if _c is not None else None
 
 
 def _poorly_formed(text: str) -> RemoteProtocolError:
@@ -239,6 +247,16 @@ class FrameDecoder:
         """The next frame if it is a whole message -- a "." MSG, RPY or ERR, completely buffered
         and well formed -- as `(type, channel, msgno, seqno, payload)`; else None, having
         consumed nothing: call `next_frame()`, which decodes it or says what is wrong."""
+        if _scan_whole is not None:
+            got = _scan_whole(self._buffer, self._pos, self.max_frame_size, _WHOLE_TYPES)
+            if got is None:
+                return None
+            self._pos = got[5]
+            return got[:5]
+        return self.next_whole_python()
+
+    def next_whole_python(self) -> Whole | None:
+        """`next_whole()` in Python: what the compiled twin must equal, and the fallback."""
         buf = self._buffer
         match = _WHOLE_HEADER.match(buf, self._pos)
         if match is None:

@@ -20,8 +20,10 @@ the one `Content-Type` line of any other without the general loop.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from adapters import speedups
 from broker.errors import ReplyCode
 
 from ._errors import LocalProtocolError, RemoteProtocolError
@@ -57,6 +59,10 @@ _DEFAULT_CONTENT_TYPE_OCTETS = DEFAULT_CONTENT_TYPE.encode("ascii")
 # A header block that is one `Content-Type:` line: the value can't hold a CR, so the first CRLF
 # CRLF is the one after it, and the value is what `_SAFE_VALUE` accepts.
 _ONLY_CONTENT_TYPE = re.compile(rb"Content-Type:([\x20-\x7e\t]*)\r\n\r\n")
+#: `content_type_only(payload, limit)`: that case in C (None if not built); see decode_fields
+_c = speedups.load("adapters.beep._speedups")
+_content_type_only: Callable[[bytes, int], EntityFields | None] | None = \
+    _c.content_type_only if _c is not None else None
 #: Content types (with transfer encodings) whose encoded header block `encode_entity` keeps.
 #: Only types without parameters are kept -- parameters are where per-message values live (a
 #: multipart boundary) -- and no more than this many.
@@ -147,7 +153,20 @@ def decode_fields(payload: bytes) -> EntityFields:
     `MimeEntity` would cost as much as the parse. Raises as `decode_entity()`."""
     if payload.startswith(b"\r\n"):
         return DEFAULT_CONTENT_TYPE, DEFAULT_TRANSFER_ENCODING, payload[2:], ()
-    only = _ONLY_CONTENT_TYPE.match(payload)
+    if _content_type_only is not None and type(payload) is bytes:
+        fields: EntityFields | None = _content_type_only(payload, MAX_HEADER_BLOCK_SIZE)
+        if fields is not None:
+            return fields
+        return decode_fields_python(payload, only_tried=True)
+    return decode_fields_python(payload)
+
+
+def decode_fields_python(payload: bytes, *, only_tried: bool = False) -> EntityFields:
+    """`decode_fields()` in Python: what the compiled one-header case must equal, and the
+    fallback. `only_tried`: that case has been tried and did not apply."""
+    if payload.startswith(b"\r\n"):
+        return DEFAULT_CONTENT_TYPE, DEFAULT_TRANSFER_ENCODING, payload[2:], ()
+    only = None if only_tried else _ONLY_CONTENT_TYPE.match(payload)
     if only is not None:
         end = only.end()
         if end <= MAX_HEADER_BLOCK_SIZE:
