@@ -27,7 +27,12 @@ from adapters.beep import (
 from adapters.beep import BeepConnection as NewConnection
 from adapters.beep._events import _message_received, _reply_received
 from adapters.beep._frames import Frame, FrameDecoder, FrameType, SeqFrame, encode_frame
-from adapters.beep._mime import decode_entity, decode_fields, encode_entity
+from adapters.beep._mime import (
+    decode_entity,
+    decode_fields,
+    decode_fields_python,
+    encode_entity,
+)
 
 from . import reference
 from .helpers import APEX, ECHO
@@ -102,10 +107,14 @@ def _frame_key(frame: object) -> tuple[object, ...]:
             frame.payload, frame.ansno)
 
 
-def _decode(decoder: Any, chunks: list[bytes], fast: bool, mutable: bool) -> list[object]:
+def _decode(decoder: Any, chunks: list[bytes], fast: bool, mutable: bool,
+            python_twin: bool = False) -> list[object]:
     """What a decoder makes of `chunks`, as `receive_data` drives it, the buffered count after
-    each chunk, and the error that stopped it (if any)."""
+    each chunk, and the error that stopped it (if any). `python_twin`: the fast path in Python
+    even where its compiled twin is built."""
     got: list[object] = []
+    if fast:  # the reference decoder has no fast path
+        next_whole = decoder.next_whole_python if python_twin else decoder.next_whole
     for chunk in chunks:
         fed: bytes | bytearray = bytearray(chunk) if mutable else chunk
         decoder.feed(fed)
@@ -113,7 +122,7 @@ def _decode(decoder: Any, chunks: list[bytes], fast: bool, mutable: bool) -> lis
             fed[:] = b"#" * len(fed)  # the caller reuses its buffer: nothing may change
         try:
             while True:
-                whole = decoder.next_whole() if fast else None
+                whole = next_whole() if fast else None
                 if whole is not None:
                     ftype, channel, msgno, seqno, payload = whole
                     got.append((str(ftype), channel, msgno, False, seqno, payload, None))
@@ -130,13 +139,16 @@ def _decode(decoder: Any, chunks: list[bytes], fast: bool, mutable: bool) -> lis
 
 
 @_SETTINGS
-@given(st.data(), _stream(), st.sampled_from([1, 8, 40, 65536]), st.booleans())
+@given(st.data(), _stream(), st.sampled_from([1, 8, 40, 65536]), st.booleans(), st.booleans())
 def test_decoder_fast_path_decodes_as_before(data: st.DataObject, stream: bytes,
-                                             max_frame_size: int, mutable: bool) -> None:
+                                             max_frame_size: int, mutable: bool,
+                                             python_twin: bool) -> None:
     """`next_whole()` then `next_frame()` give the frames, errors and buffering the old
-    decoder gave, for any frames, corrupted or not, in any chunking."""
+    decoder gave, for any frames, corrupted or not, in any chunking; with the compiled fast
+    path and with its Python twin."""
     chunks = _chunks(data.draw, stream)
-    new = _decode(FrameDecoder(max_frame_size), chunks, fast=True, mutable=mutable)
+    new = _decode(FrameDecoder(max_frame_size), chunks, fast=True, mutable=mutable,
+                  python_twin=python_twin)
     old = _decode(ref_frames.FrameDecoder(max_frame_size), chunks, fast=False, mutable=False)
     assert new == old
 
@@ -197,6 +209,22 @@ def test_decode_entity_as_before(pieces: list[bytes], tail: bytes) -> None:
     old = _outcome(lambda: dataclasses.astuple(ref_mime.decode_entity(payload)))
     assert _outcome(lambda: dataclasses.astuple(decode_entity(payload))) == old
     assert _outcome(lambda: decode_fields(payload)) == old
+    assert _outcome(lambda: decode_fields_python(payload)) == old
+
+
+@_SETTINGS
+@given(st.text(alphabet=" \t", max_size=3), st.text(alphabet=st.characters(
+    min_codepoint=0x1f, max_codepoint=0x80) | st.sampled_from("\t\r\n"), max_size=12),
+    st.text(alphabet=" \t", max_size=3), st.sampled_from([b"\r\n\r\n", b"\r\n", b"\n\n"]),
+    st.binary(max_size=8))
+def test_one_header_entities_decode_as_before(before: str, value: str, after: str,
+                                              end: bytes, body: bytes) -> None:
+    """The one-header case (compiled and in Python): blanks around the value, octets just
+    outside the allowed range, a block ended wrongly."""
+    payload = b"Content-Type:" + (before + value + after).encode("latin-1") + end + body
+    old = _outcome(lambda: dataclasses.astuple(ref_mime.decode_entity(payload)))
+    assert _outcome(lambda: decode_fields(payload)) == old
+    assert _outcome(lambda: decode_fields_python(payload)) == old
 
 
 def test_decode_entity_header_block_limit() -> None:
@@ -208,6 +236,8 @@ def test_decode_entity_header_block_limit() -> None:
         outcome = _outcome(lambda p=payload: dataclasses.astuple(decode_entity(p)))
         assert outcome == \
             _outcome(lambda p=payload: dataclasses.astuple(ref_mime.decode_entity(p)))
+        assert _outcome(lambda p=payload: decode_fields(p)) == \
+            _outcome(lambda p=payload: decode_fields_python(p))
         outcomes.append(outcome[0])
     assert outcomes == ["ok", "ok", "error", "error"]
 
