@@ -169,6 +169,14 @@ def whole_frame_bytes(ftype: FrameType, channel: int, msgno: int, seqno: int,
                       payload: bytes) -> bytes:
     """`frame_bytes()` of a "." frame without an answer number: a whole MSG, RPY, ERR or NUL,
     the frame nearly every message is sent as."""
+    if _whole_frame is not None and type(payload) is bytes:
+        return _whole_frame(_KEYWORD_BYTES[ftype], channel, msgno, seqno, payload)
+    return whole_frame_bytes_python(ftype, channel, msgno, seqno, payload)
+
+
+def whole_frame_bytes_python(ftype: FrameType, channel: int, msgno: int, seqno: int,
+                             payload: bytes) -> bytes:
+    """`whole_frame_bytes()` in Python: what its compiled twin must equal, and the fallback."""
     return b"".join((b"%s %d %d . %d %d\r\n" % (_KEYWORD_BYTES[ftype], channel, msgno, seqno,
                                                  len(payload)), payload, TRAILER))
 
@@ -197,6 +205,8 @@ _KEYWORD_BYTES = {t: k for k, t in _TYPES.items()}
 _WHOLE_TYPES = (FrameType.MSG, FrameType.RPY, FrameType.ERR)
 #: `scan_whole(buf, pos, max_frame_size, types)`: `next_whole()`'s parse in C (None if not built)
 _c = speedups.load("adapters.beep._speedups")
+_whole_frame: Callable[[bytes, int, int, int, bytes], bytes] | None = \
+    _c.whole_frame if _c is not None else None
 _scan_whole: Callable[[bytes | bytearray, int, int, tuple[FrameType, ...]],
                       tuple[FrameType, int, int, int, bytes, int] | None] | None = \
     _c.scan_whole if _c is not None else None
