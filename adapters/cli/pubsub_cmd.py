@@ -305,10 +305,16 @@ async def _until_ended(client: PubsubClient, robust: RobustSubscriber, active: s
 def register(sub: Any) -> None:
     topic = sub.add_parser("topic", help="create, delete or list the broker's topics",
                            description="Manage topics of the apex=pubsub service.")
-    topic.add_argument("action", choices=["create", "delete", "list"])
-    topic.add_argument("name", nargs="?", help="the topic (for create and delete)")
-    _common(topic)
-    topic.set_defaults(func=_run_topic)
+    # One sub-command per action, each with its own positional: with `action` and an optional
+    # `name` side by side, argparse could not take options between the two.
+    actions = topic.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for action, text in (("create", "create topic NAME"), ("delete", "delete topic NAME"),
+                         ("list", "list the topics")):
+        each = actions.add_parser(action, help=text, description=text[0].upper() + text[1:] + ".")
+        if action != "list":
+            each.add_argument("name", metavar="NAME", help="the topic")
+        _common(each)
+        each.set_defaults(func=_run_topic)
 
     pub = sub.add_parser(
         "publish", help="publish FILE (or stdin) to a topic, each message exactly once",
@@ -411,7 +417,4 @@ def _positive(text: str) -> int:
 
 
 def _run_topic(args: argparse.Namespace) -> int:
-    if args.action != "list" and not args.name:
-        print(f"apexps topic {args.action}: give the topic NAME", file=sys.stderr)
-        return 2
     return event_loop.run(_topic(args))
