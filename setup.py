@@ -10,4 +10,5 @@ from setuptools import Extension, setup
 
 setup(ext_modules=[
     Extension("adapters.beep._speedups", ["adapters/beep/_speedups.c"], optional=True),
+    Extension("adapters.apex._speedups", ["adapters/apex/_speedups.c"], optional=True),
 ])

@@ -14,7 +14,7 @@ from types import ModuleType
 __all__ = ["ACCELERATORS", "active", "load"]
 
 #: Every compiled accelerator the build may provide.
-ACCELERATORS = ("adapters.beep._speedups",)
+ACCELERATORS = ("adapters.beep._speedups", "adapters.apex._speedups")
 
 
 def load(name: str) -> ModuleType | None:

@@ -39,6 +39,11 @@ The endpoints are parsed here (`Endpoint.parse`; one that does not parse is decl
 with the text they came from. The caller passes the control document's size limit (checked
 before any regex runs over it); the other limits are `_codec`'s to check.
 
+Where the optional C twin is built (`_speedups.c`, see `adapters.speedups`), it does every check
+above but the parties' and hands back the pieces; `match_data_python` stays the definition and
+decides whatever the C leaves open (a control document that is not ASCII), and
+tests/apex/test_canonical_speedups.py holds the two to the same answers on arbitrary input.
+
 Writing (`write_data`) produces the layout `_multipart.encode_related` does, octet for octet.
 """
 
@@ -46,13 +51,16 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Literal, NamedTuple
 
+from adapters import speedups
 from broker.errors import InvalidParameter
 
 from ._endpoint import Endpoint
 
-__all__ = ["FAST_CONTENT_TYPE_PREFIX", "DataLayout", "match_data", "write_data"]
+__all__ = ["FAST_CONTENT_TYPE_PREFIX", "DataLayout", "match_data", "match_data_python",
+           "write_data"]
 
 #: What the Content-Type of every entity `match_data` could accept starts with.
 FAST_CONTENT_TYPE_PREFIX = 'multipart/related; boundary="'
@@ -102,6 +110,13 @@ _UNSAFE_TEXT = re.compile(r"[\x80-\x9f\ufffe\uffff]")
 _MAX_CACHED_REST = 2048
 
 _Parties = tuple[Endpoint, tuple[Endpoint, ...]]
+#: `match_layout(content_type, body, max_xml_size)`: `match_data`'s checks of all but the
+#: parties in C (None if not built). It returns `(content_ref, rest, media_type, content)`,
+#: None to decline, or True where `match_data_python` must decide (a non-ASCII document).
+_c = speedups.load("adapters.apex._speedups")
+_match_layout: Callable[[str, bytes, int],
+                        tuple[str, str, str, bytes] | Literal[True] | None] | None = \
+    _c.match_layout if _c is not None else None
 
 
 class DataLayout(NamedTuple):
@@ -138,6 +153,22 @@ _cached_parties = functools.lru_cache(maxsize=1024)(_parties)
 def match_data(content_type: str, body: bytes, max_xml_size: int) -> DataLayout | None:
     """The pieces of `body` if it is a data in the canonical layout whose control document is
     at most `max_xml_size` octets; None to decline."""
+    if _match_layout is None:
+        return match_data_python(content_type, body, max_xml_size)
+    got = _match_layout(content_type, body, max_xml_size)
+    if got is None:
+        return None
+    if got is True:
+        return match_data_python(content_type, body, max_xml_size)
+    content_ref, rest, media_type, content = got
+    parties = _cached_parties(rest) if len(rest) <= _MAX_CACHED_REST else _parties(rest)
+    if parties is None:
+        return None
+    return DataLayout(content_ref, parties[0], parties[1], media_type, content)
+
+
+def match_data_python(content_type: str, body: bytes, max_xml_size: int) -> DataLayout | None:
+    """`match_data()` in Python: what the compiled twin must equal, and the fallback."""
     head = _CONTENT_TYPE.fullmatch(content_type)
     if head is None:
         return None

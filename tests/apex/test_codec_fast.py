@@ -6,16 +6,12 @@ equal result. The fast encoder must write the general encoder's octets.
 
 from __future__ import annotations
 
-import itertools
-import re
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adapters.apex import _multipart
 from adapters.apex._codec import (
     BEEP_XML,
     DEFAULT_MAX_CONTENT_SIZE,
@@ -35,57 +31,16 @@ from adapters.apex._codec import (
 )
 from adapters.apex._endpoint import Endpoint
 from broker.errors import ApexpsError, ReplyCode
-from tests.mutations import EDITS, edit_octets
+from tests.apex.canonical_data import (
+    datas,
+    deterministic_ids,
+    endpoints,
+    mutated_entities,
+    near_canonical_entities,
+    plain_endpoints,
+)
 
 FRED, BARNEY = Endpoint.parse("fred@example.com"), Endpoint.parse("barney@example.com")
-
-# --- strategies -----------------------------------------------------------------------------
-
-#: Characters an endpoint may hold that XML or MIME treat specially, and a few far from ASCII
-#: (U+0085 is a C1 control: valid in an endpoint and in XML, declined by the fast path).
-_ODD = list(" !\"#$%&'()*+,-.:;<=>?[\\]^_`{|}~\u00e9\u00df\u4e2d\U0001f600\u00a0\u0085\u2028")
-_token = st.text(
-    st.characters(blacklist_categories=("Cc", "Cs"), blacklist_characters="/@\ufffe\uffff")
-    | st.sampled_from(_ODD), min_size=1, max_size=10)
-_label = st.from_regex(r"[A-Za-z0-9]([A-Za-z0-9-]{0,6}[A-Za-z0-9])?", fullmatch=True)
-_domain = (st.lists(_label, min_size=1, max_size=3).map(".".join)
-           | st.from_regex(r"\[[\x21-\x3f\x41-\x5a\x5e-\x7e]{1,12}\]", fullmatch=True))
-# Two endpoints that do not print back as they were, which is not the codec's business: "apex:"
-# is the URL form, which parse() unescapes, and an "@" in an address literal splits wrongly.
-_endpoints = st.builds(Endpoint, _token.filter(lambda a: not a.startswith("apex:")), _domain,
-                       st.none() | _token)
-#: Endpoints the fast path must accept: printable ASCII that needs no escaping.
-_plain_token = st.from_regex(r"[a-zA-Z0-9 !#$%()*+,.:;=?\[\]^_`{|}~-]{1,10}", fullmatch=True)
-_plain_endpoints = st.builds(
-    Endpoint, _plain_token.filter(lambda a: not a.startswith("apex:")),
-    st.lists(_label, min_size=1, max_size=3).map(".".join), st.none() | _plain_token)
-
-_content_types = (st.sampled_from(["application/octet-stream", "image/gif", "text/plain;"
-                                   " charset=utf-8", BEEP_XML, "x/y; a=\"b c\""])
-                  | st.from_regex(r"[!-~]([ -~]{0,30}[!-~])?", fullmatch=True))
-_tricky = st.sampled_from([b"--", b"\r\n", b"\r\n--", b"--\r\n", b"\r\n\r\n", b"\r\n--b",
-                           b"\r\n--u", b"Content-ID: <x@y>\r\n", b"</data>", b"'", b"\x00",
-                           b"\xff"])
-_contents = st.binary(max_size=200) | st.lists(_tricky | st.binary(max_size=8),
-                                               max_size=12).map(b"".join)
-
-
-def _data(endpoints: st.SearchStrategy[Endpoint]) -> st.SearchStrategy[Data]:
-    return st.builds(Data, endpoints, st.lists(endpoints, min_size=1, max_size=5).map(tuple),
-                     _contents, _content_types)
-
-
-@contextmanager
-def _deterministic_ids(start: int = 0) -> Iterator[None]:
-    """Content-IDs and boundaries from a counter: two encoders' octets can be compared, and
-    hypothesis sees the same octets each time it replays a case."""
-    unique = _multipart._unique
-    saved = unique.prefix, unique.counter
-    unique.prefix, unique.counter = "u", itertools.count(start)
-    try:
-        yield
-    finally:
-        unique.prefix, unique.counter = saved
 
 
 def _same_but_ref(back: Operation, data: Data) -> bool:
@@ -98,7 +53,7 @@ def _same_but_ref(back: Operation, data: Data) -> bool:
 
 
 @settings(max_examples=400)
-@given(_data(_endpoints))
+@given(datas(endpoints))
 def test_round_trip_fast_equals_general(data: Data) -> None:
     """Whatever the endpoints hold, the general path gets the data back, and the fast path
     either declines or gets exactly the same."""
@@ -111,7 +66,7 @@ def test_round_trip_fast_equals_general(data: Data) -> None:
 
 
 @settings(max_examples=300)
-@given(_data(_plain_endpoints))
+@given(datas(plain_endpoints))
 def test_canonical_data_takes_the_fast_path(data: Data) -> None:
     """A data of plain endpoints as encode() writes it is decoded by the fast path, to the
     general path's result: the data itself, content_ref aside."""
@@ -148,46 +103,6 @@ def test_many_recipients_take_the_fast_path() -> None:
 
 # --- mutations ------------------------------------------------------------------------------
 
-_INSERTS = [b"\r\n", b"\r", b"\n", b" ", b"\t", b"\x0c", b"--", b"'", b"\"", b"&", b"&amp;",
-            b"<", b">", b"/", b"@", b"%41", b"%", b"\x00", b"\x7f", b"\xc2\x85", b"\xef\xbf\xbe",
-            b"\xff", b"\xc3\xa9", b"<!DOCTYPE x>", b"<!--c-->", b"<?pi?>", b"<![CDATA[x]]>",
-            b"<option internal='x' />", b"<recipient identity='z@q.r' />",
-            b"<originator identity='z@q.r' />", b"Content-ID: <x@y>\r\n",
-            b"Content-Transfer-Encoding: base64\r\n", b"Content-Type: text/plain\r\n", b"cid:",
-            b"\r\n\r\n", b"--\r\n", b"content='cid:x'", b"identity='a@b.c'", b"=", b"data"]
-
-
-#: One octet for another the layout treats alike, or nearly.
-_SWAPS = [(b"'", b'"'), (b'"', b"'"), (b" ", b"\t"), (b" ", b"\n"), (b" ", b"\x0c"),
-          (b"\r\n", b"\n"), (b"\r\n", b" "), (b" />", b"/>"), (b" />", b"></x>")]
-
-
-@st.composite
-def _mutated(draw: st.DrawFn) -> tuple[str, bytes]:
-    """An encoded data, then a few edits of its octets or its Content-Type."""
-    data = draw(_data(_plain_endpoints) | _data(_endpoints))
-    with _deterministic_ids(draw(st.integers(0, 40))):
-        content_type, body = encode(data)
-    boundary = content_type.split('"')[1].encode()
-    inserts = [*_INSERTS, b"\r\n--" + boundary, b"--" + boundary, b"\r\n--" + boundary + b"--",
-               b"\r\n--" + boundary + b"--\r\n", boundary]
-    for _ in range(draw(st.sampled_from([1, 1, 1, 2, 3]))):
-        kind = draw(st.sampled_from([*EDITS, "type"]))
-        if kind != "type":
-            # half the edits land at a seam of the layout, where a guard has to tell
-            seams = [i for i, octet in enumerate(body) if octet in b"<>'\"= \r\n@/-:"]
-            body = edit_octets(draw, body, kind, seams=seams, inserts=inserts, swaps=_SWAPS)
-        else:
-            cut = draw(st.integers(0, len(content_type)))
-            edit = draw(st.sampled_from(["", " ", ";", '"', "<", ">", "\\", "A", "%", "; x=y",
-                                         "; start=\"<a@b>\"", "; boundary=\"b\""]))
-            cut_end = cut + draw(st.integers(0, 3))
-            content_type = content_type[:cut] + edit + content_type[cut_end:]
-            if draw(st.booleans()):
-                content_type = content_type.upper() if cut % 2 else content_type.lower()
-    return content_type, body
-
-
 def _check_agreement(content_type: str, body: bytes) -> Operation | None:
     fast = _decode_fast(content_type, body)  # must not raise, whatever the input
     try:
@@ -200,7 +115,7 @@ def _check_agreement(content_type: str, body: bytes) -> Operation | None:
 
 
 @settings(max_examples=1000, suppress_health_check=[HealthCheck.too_slow])
-@given(_mutated())
+@given(mutated_entities())
 def test_mutations_are_declined_or_decoded_alike(mutated: tuple[str, bytes]) -> None:
     """Byte flips, insertions, deletions, truncations, case changes and Content-Type edits of
     an encoded data: the fast path declines, or agrees with the general path; when the
@@ -208,45 +123,8 @@ def test_mutations_are_declined_or_decoded_alike(mutated: tuple[str, bytes]) -> 
     _check_agreement(*mutated)
 
 
-_BLANKS = [b" ", b"\t", b"\r\n", b"\n", b"\r", b"\x0c", b"\x0b", b"\xc2\xa0", b"\xc2\x85"]
-
-
-@st.composite
-def _near_canonical(draw: st.DrawFn) -> tuple[str, bytes]:
-    """An encoded data of plain endpoints with edits inside its control document or content
-    only: blanks where XML allows some (or not), quote styles, odd octets in a value, the
-    delimiter or its look-alikes in the content. Many of these the fast path accepts."""
-    data = draw(_data(_plain_endpoints))
-    with _deterministic_ids(draw(st.integers(0, 40))):
-        content_type, body = encode(data)
-    delimiter = b"\r\n--" + content_type.split('"')[1].encode()
-    doc_start, doc_end = body.index(b"<data"), body.index(b"</data>") + len(b"</data>")
-    content_end = len(body) - len(delimiter + b"--\r\n")
-    content_start = content_end - len(data.content)
-    head, doc, mid = body[:doc_start], body[doc_start:doc_end], body[doc_end:content_start]
-    content, tail = body[content_start:content_end], body[content_end:]
-    for _ in range(draw(st.integers(1, 4))):
-        if draw(st.booleans()):
-            seams = [i for i, octet in enumerate(doc) if octet in b"<>'\"= /\r\n@"]
-            # ... or the start of an identity value, where an octet must pass the endpoint too
-            starts = [m.end() for m in re.finditer(rb"identity=['\"]", doc)]
-            at = draw(st.sampled_from(seams) | st.sampled_from(starts or seams))
-            piece = draw(st.sampled_from([*_BLANKS, b"'", b'"', b"&", b"<", b">", b"%41", b"\x00",
-                                          b"\xef\xbf\xbe", b"\xff", b"\xc3\xa9"]))
-            replace = draw(st.booleans()) and doc[at:at + 1] in (b"'", b'"')
-            if replace:  # the other quote style, which must then match
-                piece = b'"' if doc[at:at + 1] == b"'" else b"'"
-            doc = doc[:at] + piece + doc[at + replace:]
-        else:
-            at = draw(st.integers(0, len(content)))
-            piece = draw(st.sampled_from([delimiter, delimiter + b"--", delimiter[:-1],
-                                          delimiter[2:], b"\r\n", b"--", b"\r"]))
-            content = content[:at] + piece + content[at:]
-    return content_type, head + doc + mid + content + tail
-
-
 @settings(max_examples=700)
-@given(_near_canonical())
+@given(near_canonical_entities())
 def test_near_canonical_edits_are_declined_or_decoded_alike(mutated: tuple[str, bytes]) -> None:
     """Edits that keep an entity at the edge of the canonical layout: the fast path declines,
     or agrees with the general path; when the general path refuses, the fast path declined."""
@@ -359,15 +237,15 @@ def _outcome(encoder: Callable[[Data], object], data: Data) -> object:
 
 
 @settings(max_examples=400)
-@given(_data(_endpoints), _refs)
+@given(datas(endpoints), _refs)
 def test_fast_encode_writes_the_general_octets(data: Data, ref: str | None) -> None:
     """With the same ids drawn, the fast encoder's Content-Type and octets are the general
     encoder's (or it fails alike), for any endpoints and `cid:` reference."""
     data = Data(data.originator, data.recipients, data.content, data.content_type,
                 content_ref=ref)
-    with _deterministic_ids():
+    with deterministic_ids():
         general = _outcome(_encode_general, data)
-    with _deterministic_ids():
+    with deterministic_ids():
         fast = _outcome(_encode_fast, data)
     assert fast == general
 
@@ -376,9 +254,9 @@ def test_fast_encode_of_many_recipients_and_its_scope() -> None:
     """Past the parties cache the octets are still the general ones; options, `#` and
     external references are left to the general encoder; `<ok />` is written once."""
     data = Data(FRED, tuple(Endpoint.parse(f"r{i}@example.com") for i in range(70)), b"x")
-    with _deterministic_ids():
+    with deterministic_ids():
         general = _encode_general(data)
-    with _deterministic_ids():
+    with deterministic_ids():
         assert _encode_fast(data) == general
     option = (Option("x"),)
     for declined in [Data(FRED, (BARNEY,), options=option),
@@ -387,9 +265,9 @@ def test_fast_encode_of_many_recipients_and_its_scope() -> None:
                      Data(FRED, (BARNEY,), b"<x/>", content_ref="#c"),
                      Data(FRED, (BARNEY,), content_ref="http://example.com/x")]:
         assert _encode_fast(declined) is None
-        with _deterministic_ids():
+        with deterministic_ids():
             general = _encode_general(declined)
-        with _deterministic_ids():
+        with deterministic_ids():
             assert encode(declined) == general
     assert encode(Ok()) == _encode_general(Ok()) == (BEEP_XML, b"<ok />")
     assert encode(Ok(3)) == _encode_general(Ok(3))
