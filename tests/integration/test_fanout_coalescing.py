@@ -84,3 +84,52 @@ def test_entries_forwarded_while_an_append_is_unsettled_go_together_in_order_onc
     as one batch when it settles; every link gets each once, in order, and the fan-out mark
     does not pass them until they are durable."""
     asyncio.run(_coalesced(kafka_config))
+
+
+async def _gathered_then_snapshot(config: KafkaConfig) -> None:
+    async with BrokerApp(config, robust=QUIET) as app:
+        fanout = app.handler.sequenced
+        assert fanout is not None
+        pub, fred = [await PubsubClient.connect("127.0.0.1", app.port, who)
+                     for who in ("pub@example.com", "fred@example.com")]
+        await pub.create_topic(TOPIC)
+        for k in range(COUNT):  # each its own data item: a snapshot copies every one
+            await pub.publish(TOPIC, f"m{k}".encode(), message_id=f"item{k}")
+        entries: list[JournalEntry] = await asyncio.to_thread(
+            lambda: list(app.core.journal.read_source("pub@example.com")))
+        await fred.subscribe(TOPIC, 3600, link="fred-snap")
+
+        appends: list[int] = []
+        append_many = app.core.links.append_many
+
+        def counted(items: Sequence[LinkItem], callback: LinkBatchCallback,
+                    ) -> list[LinkRecord]:
+            appends.append(len(items))
+            return append_many(items, callback)
+
+        app.core.links.append_many = counted  # type: ignore[method-assign]
+        for entry in entries:  # one step: all but the first are gathered
+            fanout.forward([entry])
+        copies = fanout.queue_snapshot("fred@example.com", "fred-snap", TOPIC)
+        assert copies == COUNT
+        # what was gathered went ahead of the snapshot, as its own append
+        assert appends == [1, COUNT - 1, COUNT]
+
+        got = await deliveries(fred, 2 * COUNT)
+        stamps = [d.stamp for d in got]
+        assert all(s is not None for s in stamps)
+        # on the link: every live copy first, then the snapshot's, seqs 1, 2, 3 ... across both
+        assert [(s.link_seq, s.snapshot, d.content) for s, d in zip(stamps, got, strict=True)
+                if s is not None] == \
+            [(k + 1, False, f"m{k}".encode()) for k in range(COUNT)] + \
+            [(COUNT + k + 1, True, f"m{k}".encode()) for k in range(COUNT)]
+        for c in (pub, fred):
+            await c.close()
+
+
+def test_what_was_gathered_goes_on_the_link_ahead_of_a_snapshot(
+        kafka_config: KafkaConfig) -> None:
+    """A snapshot queued while forwarded entries wait to be appended follows them on the link:
+    the gathered entries are appended first, so link seqs stay in the order things were
+    queued."""
+    asyncio.run(_gathered_then_snapshot(kafka_config))
