@@ -29,6 +29,19 @@ TOPIC = "q.coalesce"
 COUNT = 40
 
 
+def _count_appends(app: BrokerApp) -> list[int]:
+    """The size of every link-log append from now on, in order."""
+    appends: list[int] = []
+    append_many = app.core.links.append_many
+
+    def counted(items: Sequence[LinkItem], callback: LinkBatchCallback) -> list[LinkRecord]:
+        appends.append(len(items))
+        return append_many(items, callback)
+
+    app.core.links.append_many = counted  # type: ignore[method-assign]
+    return appends
+
+
 async def _coalesced(config: KafkaConfig) -> None:
     async with BrokerApp(config, robust=QUIET) as app:
         fanout = app.handler.sequenced
@@ -45,15 +58,7 @@ async def _coalesced(config: KafkaConfig) -> None:
         await fred.subscribe(TOPIC, 3600, link="fred-co")
         await barney.subscribe(TOPIC, 3600, batch=16)
 
-        appends: list[int] = []
-        append_many = app.core.links.append_many
-
-        def counted(items: Sequence[LinkItem], callback: LinkBatchCallback,
-                    ) -> list[LinkRecord]:
-            appends.append(len(items))
-            return append_many(items, callback)
-
-        app.core.links.append_many = counted  # type: ignore[method-assign]
+        appends = _count_appends(app)
         for entry in entries:  # one step: no append can settle meanwhile
             fanout.forward([entry])
         # the first went at once (an idle fan-out does not wait); the rest wait for it
@@ -99,15 +104,7 @@ async def _gathered_then_snapshot(config: KafkaConfig) -> None:
             lambda: list(app.core.journal.read_source("pub@example.com")))
         await fred.subscribe(TOPIC, 3600, link="fred-snap")
 
-        appends: list[int] = []
-        append_many = app.core.links.append_many
-
-        def counted(items: Sequence[LinkItem], callback: LinkBatchCallback,
-                    ) -> list[LinkRecord]:
-            appends.append(len(items))
-            return append_many(items, callback)
-
-        app.core.links.append_many = counted  # type: ignore[method-assign]
+        appends = _count_appends(app)
         for entry in entries:  # one step: all but the first are gathered
             fanout.forward([entry])
         copies = fanout.queue_snapshot("fred@example.com", "fred-snap", TOPIC)
