@@ -301,6 +301,11 @@ class KafkaProducer:
             log.warning("closing with undelivered records", count=remaining)
         self._closed.set()
         self._thread.join()
+        # Without this the librdkafka handle lives on until it is collected, reconnecting (and
+        # logging each refusal) if Kafka goes first, as `apexps up` stops it on Ctrl-C.
+        close = getattr(self._producer, "close", None)  # older confluent-kafka: none, freed by GC
+        if close is not None:
+            close()
 
 
 def _admin(config: KafkaConfig) -> AdminClient:
