@@ -2,8 +2,10 @@
 
 Everything else is in pyproject.toml. Each extension here is `optional`: where no C compiler is
 at hand (the slim Docker image) the build goes on without it and the pure-Python code it
-mirrors runs instead, with the same results, only slower. The tests hold the two to the same
-answers on arbitrary input (tests/test_speedups.py).
+mirrors runs instead, with the same results, only slower. Property tests hold each twin to its
+Python original on arbitrary input (tests/beep/test_fast_paths.py,
+tests/apex/test_canonical_speedups.py); tests/test_speedups.py checks that the build made them.
+Keep this list and `adapters.speedups.ACCELERATORS` the same.
 """
 
 from setuptools import Extension, setup

@@ -13,7 +13,7 @@ from types import ModuleType
 
 __all__ = ["ACCELERATORS", "active", "load"]
 
-#: Every compiled accelerator the build may provide.
+#: Every compiled accelerator the build may provide (the extensions of setup.py).
 ACCELERATORS = ("adapters.beep._speedups", "adapters.apex._speedups")
 
 
@@ -28,5 +28,5 @@ def load(name: str) -> ModuleType | None:
 
 
 def active() -> dict[str, bool]:
-    """Each accelerator and whether this process uses it (for `apexps --version` and logs)."""
+    """Each accelerator and whether this process uses it."""
     return {name: load(name) is not None for name in ACCELERATORS}

@@ -203,7 +203,8 @@ _KEYWORDS = (b"MSG ", b"RPY ", b"ERR ", b"ANS ", b"NUL ", b"SEQ ")
 _TYPES = {t.value.encode("ascii"): t for t in FrameType}
 _KEYWORD_BYTES = {t: k for k, t in _TYPES.items()}
 _WHOLE_TYPES = (FrameType.MSG, FrameType.RPY, FrameType.ERR)
-#: `scan_whole(buf, pos, max_frame_size, types)`: `next_whole()`'s parse in C (None if not built)
+# The C twins (None if not built): `whole_frame(keyword, channel, msgno, seqno, payload)` of
+# `whole_frame_bytes`, `scan_whole(buf, pos, max_frame_size, types)` of `next_whole`'s parse.
 _c = speedups.load("adapters.beep._speedups")
 _whole_frame: Callable[[bytes, int, int, int, bytes], bytes] | None = \
     _c.whole_frame if _c is not None else None
