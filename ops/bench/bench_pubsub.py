@@ -113,8 +113,7 @@ def _subscribers(args: argparse.Namespace) -> None:
         return out
 
     per_sub = profiled.run(run(), profile=args.profile)
-    json.dump({"latencies": per_sub, "cpu": time.process_time() - began,
-               "cpu_all": time.process_time()}, sys.stdout)
+    json.dump({"latencies": per_sub, "cpu": time.process_time() - began}, sys.stdout)
 
 
 def _publisher(args: argparse.Namespace) -> None:
@@ -171,14 +170,26 @@ def _publisher(args: argparse.Namespace) -> None:
 
 def _cpu_seconds(pid: int | None) -> float:
     """User + system CPU seconds of process `pid` (Linux /proc), or of the whole machine
-    (all CPUs, from /proc/stat) for None; 0 where /proc is missing."""
+    (all CPUs, from /proc/stat, host steal excluded: see `_steal_seconds`) for None; 0 where
+    /proc is missing."""
     try:
         if pid is None:
             fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-            busy = sum(int(f) for f in fields[:8]) - int(fields[3]) - int(fields[4])
+            busy = sum(int(f) for f in fields[:7]) - int(fields[3]) - int(fields[4])
             return busy / os.sysconf("SC_CLK_TCK")
         fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _steal_seconds() -> float:
+    """CPU seconds the hypervisor gave the machine's virtual CPUs to others (/proc/stat's
+    `steal`; 0 on bare metal or where /proc is missing). On a shared VM this decides the
+    figures: while the host steals, every process here is slower, the bare floor included."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+        return int(fields[7]) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return 0.0
 
@@ -216,13 +227,13 @@ def _case(port: int, subscribers: int, seconds: float, rate: int, window: int,
           batch: int, broker_pid: int | None = None,
           kafka_pid: int | None = None) -> dict[str, float]:
     """One phase; with `broker_pid`, also the CPU each part spent per message sent: the broker,
-    the publisher, the subscribers' process, Kafka's JVM (with `kafka_pid`), and the rest of
-    the machine (whatever else runs). The publisher's and the subscribers' figures are of the
-    phase alone, from the first publication (all subscribed) to the last: their start-up
-    (imports, connecting, subscribing: about half a second of CPU each) would otherwise be
-    most of what a slow paced phase shows per message."""
-    machine_before, broker_before = _cpu_seconds(None), _cpu_seconds(broker_pid)
-    kafka_before = _cpu_seconds(kafka_pid) if kafka_pid else 0.0
+    the publisher, the subscribers' process, Kafka's JVM (with `kafka_pid`), the rest of the
+    machine (whatever else runs) and what the host stole from the VM. Every figure counts
+    from the moment all subscribers are subscribed: their start-up (imports, connecting,
+    subscribing: half a second of CPU or more in the subscribers' process, and in the broker
+    and Kafka, which record ten subscriptions and their links' resets) would otherwise be much
+    of what a paced phase shows per message. The publisher's figure includes its own start-up
+    only where it says so (`rest` counts it)."""
     here = [sys.executable, "-m", "ops.bench.bench_pubsub", "--port", str(port), "--batch",
             str(batch)]
     profile = ["--profile"] if os.environ.get("PROFILE_SUBSCRIBERS") else []
@@ -232,6 +243,9 @@ def _case(port: int, subscribers: int, seconds: float, rate: int, window: int,
     assert subs.stdout is not None
     if subs.stdout.readline().strip() != "ready":
         raise SystemExit("subscriber process failed to start")
+    machine_before, broker_before = _cpu_seconds(None), _cpu_seconds(broker_pid)
+    kafka_before = _cpu_seconds(kafka_pid) if kafka_pid else 0.0
+    steal_before = _steal_seconds()
     pub = subprocess.run([*here, "--as-publisher", "--seconds", str(seconds), "--rate", str(rate),
                           "--window", str(window)], capture_output=True, text=True, cwd=ROOT,
                          timeout=seconds + 300, check=False)
@@ -250,19 +264,23 @@ def _case(port: int, subscribers: int, seconds: float, rate: int, window: int,
     broker = _cpu_seconds(broker_pid) - broker_before if broker_pid else 0.0
     kafka = _cpu_seconds(kafka_pid) - kafka_before if kafka_pid else 0.0
     rest = (_cpu_seconds(None) - machine_before - broker - kafka - sent["cpu_all"]
-            - report["cpu_all"])
+            - report["cpu"])
+    steal = _steal_seconds() - steal_before
     return {"sent": sent["sent"], "msgs_per_s": delivered / sent["elapsed"],
             "deliveries_per_s": len(lat) / sent["elapsed"], "p50": p50, "p99": p99,
             "complete": float(all(len(s) == sent["sent"] for s in per_sub)),
             "cpu_broker_us": broker / n * 1e6, "cpu_publisher_us": sent["cpu"] / n * 1e6,
             "cpu_subscribers_us": report["cpu"] / n * 1e6, "cpu_rest_us": rest / n * 1e6,
+            "steal_us": steal / n * 1e6, "steal_share": steal / (os.cpu_count() or 1)
+            / max(sent["elapsed"], 1e-9),
             "cpu_kafka_us": kafka / n * 1e6}
 
 
 _WARM_UP = b"warm-up"
 
 
-def _raw(bootstrap: str, seconds: float, rate: int) -> dict[str, float]:
+def _raw(bootstrap: str, seconds: float, rate: int,
+         kafka_pid: int | None = None) -> dict[str, float]:
     from confluent_kafka import Consumer, Producer, TopicPartition
 
     from broker.kafka_io import DEFAULT_LINGER_MS, KafkaConfig, ensure_topics
@@ -302,6 +320,7 @@ def _raw(bootstrap: str, seconds: float, rate: int) -> dict[str, float]:
     producer.flush(60)
     if not warm.wait(60):
         raise SystemExit("raw: the warm-up message did not come back within 60 s")
+    kafka_before = _cpu_seconds(kafka_pid) if kafka_pid else 0.0
     sent, began = 0, time.perf_counter()
     while time.perf_counter() - began < seconds:
         try:
@@ -320,11 +339,13 @@ def _raw(bootstrap: str, seconds: float, rate: int) -> dict[str, float]:
     while got < sent and time.monotonic() < deadline:
         time.sleep(0.01)
     elapsed = time.perf_counter() - began
+    kafka = _cpu_seconds(kafka_pid) - kafka_before if kafka_pid else 0.0
     done.set()
     reader.join()
     consumer.close()
     p50, p99 = _pcts(lat)
-    return {"sent": sent, "msgs_per_s": got / elapsed, "p50": p50, "p99": p99}
+    return {"sent": sent, "msgs_per_s": got / elapsed, "p50": p50, "p99": p99,
+            "cpu_kafka_us": kafka / max(1, sent) * 1e6}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -372,11 +393,12 @@ def main(argv: list[str] | None = None) -> int:
               f" {os.cpu_count()} CPUs, Kafka {bootstrap}, sequenced links, live data"
               f" {f'packed up to {args.batch} per data' if args.batch else 'one per data'}")
         kafka_pid = _listener_pid(bootstrap)
-        raw_paced = _raw(bootstrap, args.seconds, args.paced_rate)
-        raw_flat = _raw(bootstrap, args.seconds, 0)
+        raw_paced = _raw(bootstrap, args.seconds, args.paced_rate, kafka_pid)
+        raw_flat = _raw(bootstrap, args.seconds, 0, kafka_pid)
         print(f"raw confluent-kafka: paced {args.paced_rate:,}/s p50 {raw_paced['p50']:.2f} ms p99"
-              f" {raw_paced['p99']:.2f} ms; flat out {raw_flat['msgs_per_s']:,.0f} msgs/s",
-              flush=True)
+              f" {raw_paced['p99']:.2f} ms, Kafka {_figure(raw_paced['cpu_kafka_us'], kafka_pid)}"
+              f" per message; flat out {raw_flat['msgs_per_s']:,.0f} msgs/s, Kafka"
+              f" {_figure(raw_flat['cpu_kafka_us'], kafka_pid)} per message", flush=True)
         for count in (int(c) for c in args.subscriber_counts.split(",")):
             namespace = f"bench{uuid.uuid4().hex[:8]}"
             server = subprocess.Popen(
@@ -408,7 +430,9 @@ def main(argv: list[str] | None = None) -> int:
                       f" publisher {phase['cpu_publisher_us']:,.0f} µs, {count} subscribers"
                       f" {phase['cpu_subscribers_us']:,.0f} µs, Kafka"
                       f" {_figure(phase['cpu_kafka_us'], kafka_pid)}, rest of the machine"
-                      f" {phase['cpu_rest_us']:,.0f} µs", flush=True)
+                      f" {phase['cpu_rest_us']:,.0f} µs; host steal"
+                      f" {phase['steal_us']:,.0f} µs ({phase['steal_share']:.0%} of the"
+                      f" CPUs)", flush=True)
     finally:
         if kafka is not None:
             kafka.stop()
