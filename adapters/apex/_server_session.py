@@ -25,16 +25,18 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+from collections import deque
 from typing import TYPE_CHECKING, Protocol, cast
 
-from adapters.beep import BeepConnection
+from adapters.beep import BeepConnection, MessageReceived
 
-from ._relay import ChannelRef
+from ._codec import Operation
+from ._relay import ChannelRef, Outcome
 
 if TYPE_CHECKING:
     from .server import PeerLink
 
-__all__ = ["ServerSession", "SessionHandler"]
+__all__ = ["AwaitedReply", "ServerSession", "SessionHandler"]
 
 
 class SessionHandler(Protocol):
@@ -43,6 +45,17 @@ class SessionHandler(Protocol):
     def opened(self, session: ServerSession) -> None: ...
     def received(self, session: ServerSession, data: bytes) -> None: ...
     def lost(self, session: ServerSession, exc: Exception | None) -> None: ...
+
+
+class AwaitedReply:
+    """A MSG whose reply waits: for its services (`outcome` None until they settle), or for
+    the MSGs before it on its channel."""
+
+    __slots__ = ("event", "operation", "outcome")
+
+    def __init__(self, event: MessageReceived, operation: Operation,
+                 outcome: Outcome | BaseException | None = None) -> None:
+        self.event, self.operation, self.outcome = event, operation, outcome
 
 
 class ServerSession(asyncio.Protocol):
@@ -66,9 +79,10 @@ class ServerSession(asyncio.Protocol):
         self.bound_ref = ChannelRef(number, 0)
         #: APEX channels open on the session
         self.channels: set[int] = set()
-        #: per channel, the task that sends the latest reply still waiting for a service: BEEP
-        #: wants a channel's replies in the order of its MSGs (RFC 3080 §2.6.1)
-        self.waiting: dict[int, asyncio.Task[None]] = {}
+        #: per channel, the MSGs whose replies wait for a service or for an earlier one, in
+        #: the order they came: BEEP wants a channel's replies in the order of its MSGs
+        #: (RFC 3080 §2.6.1)
+        self.waiting: dict[int, deque[AwaitedReply]] = {}
         #: done once the transport is gone
         self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         #: the server has let go of the session (`ApexServer._drop`); reads are ignored

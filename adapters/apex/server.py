@@ -36,8 +36,10 @@ ends first. One more timer wakes the relay when held data's next deadline or rep
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import ssl
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -67,7 +69,7 @@ from adapters.beep import (
     Verifier,
 )
 from adapters.beep import Event as BeepEvent
-from broker.errors import ApexpsError, InvalidParameter
+from broker.errors import ApexpsError, InvalidParameter, ReplyCode
 
 from ._codec import (
     APEX_PROFILE,
@@ -84,6 +86,7 @@ from ._codec import (
 from ._endpoint import Endpoint
 from ._party import Watch
 from ._relay import ChannelRef, Delivery, Outcome, Relay
+from ._server_session import AwaitedReply
 from ._server_session import ServerSession as _Session
 
 __all__ = [
@@ -291,8 +294,7 @@ class ApexServer:
             session.greeting_timer.cancel()
         if session.handshake is not None:
             session.handshake.cancel()
-        for task in session.waiting.values():
-            task.cancel()
+        session.waiting.clear()  # their services finish; nobody is left to answer
         for channel in session.channels:
             self.relay.channel_closed(ChannelRef(session.number, channel))
         self._session_unwatched(session.number)
@@ -396,36 +398,61 @@ class ApexServer:
             self._complete(session, event, operation, outcome)
             return
         self._deliver(outcome.deliveries)  # what is decided already need not wait
-        outcome = Outcome(outcome.reply, (), outcome.pending)
-        task = asyncio.create_task(self._settle(session, event, operation, outcome, before))
-        session.waiting[event.channel] = task
+        if before is None:
+            before = session.waiting[event.channel] = deque()
+        if outcome.pending is None:  # decided, but an earlier reply on the channel is not
+            before.append(AwaitedReply(event, operation, Outcome(outcome.reply)))
+            return
+        awaited = AwaitedReply(event, operation)
+        before.append(awaited)
+        outcome.pending.settle_then(functools.partial(self._settled, session, awaited))
 
-    async def _settle(self, session: _Session, event: MessageReceived, operation: Operation,
-                      outcome: Outcome, before: asyncio.Task[None] | None) -> None:
-        """Wait for the services, then for the reply before ours, then reply."""
-        with structlog.contextvars.bound_contextvars(peer=session.peer, channel=event.channel):
-            final = outcome if outcome.pending is None else await outcome.pending.settle()
-            if before is not None:
-                with suppress(Exception):
-                    await before
-            if session.waiting.get(event.channel) is asyncio.current_task():
-                del session.waiting[event.channel]
-            if event.channel in session.channels:
+    def _settled(self, session: _Session, awaited: AwaitedReply,
+                 outcome: Outcome | BaseException) -> None:
+        """`awaited`'s services are done: send every reply of its channel that is now due, in
+        the order of the MSGs (ours may wait for earlier ones; later ones may wait for ours).
+        Callbacks, not a task per MSG: a publication's task, gather and log binding cost more
+        than the rest of its reply, and a chain of tasks would put each reply in an event-loop
+        turn, and a write, of its own."""
+        if session.dropped:
+            return
+        awaited.outcome = outcome
+        channel = awaited.event.channel
+        queue = session.waiting.get(channel)
+        if not queue or queue[0] is not awaited:
+            return  # an earlier MSG's reply is still out: its settling sends ours
+        with structlog.contextvars.bound_contextvars(peer=session.peer, channel=channel):
+            while queue and queue[0].outcome is not None:
+                done = queue.popleft()
+                final = done.outcome
+                if isinstance(final, BaseException):
+                    log.error("service failed; answered 451", exc_info=final)
+                    final = Outcome(Error(int(ReplyCode.ABORTED), "local error in processing"))
+                assert final is not None
+                if channel not in session.channels:
+                    continue
                 try:
-                    self._complete(session, event, operation, final)
+                    self._complete(session, done.event, done.operation, final)
                 except ApexpsError as exc:  # the session ended while the service worked
                     log.info("reply dropped", error=str(exc))
-                    return
-                self._flush(session)
+        if not queue:
+            del session.waiting[channel]
+        # The replies of one journal batch settle in the same event-loop turn: they leave in
+        # one write, not one each (a loopback write, which also wakes the reader, costs tens
+        # of µs here).
+        self._flush_later(session)
 
     def _complete(self, session: _Session, event: MessageReceived, operation: Operation,
                   outcome: Outcome) -> None:
         # `log.bind()`: the configured logger itself. `log.info` on the module's lazy proxy
         # looks it up through `__getattr__` every time, which on this once-per-operation line
-        # cost a few percent of the operation.
-        log.bind().info("apex operation", operation=type(operation).__name__.lower(),
-                        reply=outcome.reply.code if isinstance(outcome.reply, Error) else 250,
-                        deliveries=len(outcome.deliveries))
+        # cost a few percent of the operation. Data is traffic, not an event of the session:
+        # at a thousand publications a second a line each would drown what an operator looks
+        # for (and cost the broker ~20 µs each), so data is logged at debug, refusals at info.
+        code = outcome.reply.code if isinstance(outcome.reply, Error) else 250
+        (log.bind().debug if type(operation) is Data and code == 250 else log.bind().info)(
+            "apex operation", operation=type(operation).__name__.lower(), reply=code,
+            deliveries=len(outcome.deliveries))
         self._reply(session, event, outcome.reply)
         self._deliver(outcome.deliveries)
         self._arm_holds()
@@ -460,10 +487,14 @@ class ApexServer:
                 continue
             if delivery.watch is not None:
                 self._watch((target.number, delivery.target.channel, msgno), delivery.watch)
-            self._unflushed[target.number] = target
-        if self._unflushed and not self._flush_soon:
-            # One write per session per event-loop turn, however many deliveries it got (a
-            # service fanning out a batch, several data for one subscriber).
+            self._flush_later(target)
+
+    def _flush_later(self, session: _Session) -> None:
+        """Write what `session` has queued at the end of this event-loop turn: one write per
+        session per turn, however many deliveries and replies it got (a service fanning out a
+        batch, several data for one subscriber, a publisher's replies)."""
+        self._unflushed[session.number] = session
+        if not self._flush_soon:
             self._flush_soon = True
             asyncio.get_running_loop().call_soon(self._flush_unflushed)
 

@@ -101,3 +101,52 @@ def test_server_replies_in_msg_order_while_services_wait() -> None:
     outcomes, order = asyncio.run(_pipelined())
     assert order == [b"m0", b"m1", b"m2"]
     assert outcomes == ["ok", "550", "ok"]
+
+
+class _Now:
+    """A service that answers at once (no awaitable)."""
+
+    def on_data(self, data: Data, recipient: Endpoint) -> Iterable[Data]:
+        return ()
+
+
+NOW = Endpoint.parse("apex=now@example.com")
+
+
+async def _failing_then_decided() -> list[str]:
+    service = _Later()
+    relay = Relay("example.com")
+    relay.register_service("apex=echo", service)
+    relay.register_service("apex=now", _Now())
+    async with ApexServer(relay) as server:
+        client = await ApexClient.connect("127.0.0.1", server.port)
+        await client.attach(FRED)
+        first = asyncio.create_task(client.send(FRED, [SVC], b"m0"))
+        await asyncio.wait_for(service.arrived.wait(), 10)
+        service.arrived.clear()
+        # decided at once, but behind m0 on the channel; then one more that waits
+        second = asyncio.create_task(client.send(FRED, [NOW], b"m1"))
+        third = asyncio.create_task(client.send(FRED, [SVC], b"m2"))
+        await asyncio.wait_for(service.arrived.wait(), 10)
+        assert not first.done() and not second.done()
+        service.calls[1][1].set_result([])
+        service.calls[0][1].set_exception(RuntimeError("a bug in the service"))
+        outcomes: list[str] = []
+        for task in (first, second, third):
+            try:
+                await task
+                outcomes.append("ok")
+            except ApexpsError as exc:
+                outcomes.append(str(int(exc.code)))
+        # the session goes on serving
+        follow = asyncio.create_task(client.send(FRED, [NOW], b"m3"))
+        await follow
+        outcomes.append("ok")
+        await client.close()
+        return outcomes
+
+
+def test_a_service_that_fails_unexpectedly_is_answered_451_and_the_channel_goes_on() -> None:
+    """A bug in a service (not an ApexpsError) answers its MSG 451, local error; the replies
+    behind it, one decided at once and one that waited, still come, in MSG order."""
+    assert asyncio.run(_failing_then_decided()) == ["451", "ok", "ok", "ok"]

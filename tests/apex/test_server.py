@@ -208,6 +208,9 @@ def test_each_operation_is_logged_with_its_peer_and_channel() -> None:
     assert sorted(str(e["operation"]) for e in ops) == ["attach"] * 2 + ["data"] * 16
     assert all(e.get("channel") == channel and "peer" in e for e in ops)
     assert len({e["peer"] for e in ops}) == 2
+    # data accepted is traffic (debug); the session's own operations are events (info)
+    assert {e["log_level"] for e in ops if e["operation"] == "data"} == {"debug"}
+    assert {e["log_level"] for e in ops if e["operation"] == "attach"} == {"info"}
     # nothing is left bound once the reads are handled: the close is logged without a channel
     closed = [e for e in logs if e["event"] == "connection closed"]
     assert closed and all("channel" not in e for e in closed)
