@@ -14,10 +14,11 @@ Data to a well-known endpoint registered with `register_service("apex=pubsub", h
 subaddress of it, "apex=pubsub/equity.quote@domain") goes to the handler, which may answer with
 data of its own; that is routed like any other data. A handler that must wait (the pubsub
 service answers `ok` only once Kafka holds the message) returns an awaitable instead: the
-`Outcome` then carries a `Pending`, and the shell awaits `pending.settle()` (or, without a task,
-has `pending.settle_then(callback)` called back) for the final reply and the answers' deliveries. The handler has done its synchronous part (e.g. taken the
-message's place in the journal) before `handle` returns, so the order in which a channel's
-messages were received is the order they take effect, however long each waits. Services also
+`Outcome` then carries a `Pending`, and the shell awaits `pending.settle()` (or, without a
+task, has `pending.settle_then(callback)` call it back) for the final reply and the answers'
+deliveries. The handler has done its synchronous part (e.g. taken the message's place in the
+journal) before `handle` returns, so the order in which a channel's messages were received is
+the order they take effect, however long each waits. Services also
 speak unprompted (fan-out, expiry notices): `route(data)` returns the deliveries for that.
 
 Relay-relay mode (§4.4.2, §4.5.2): another relay binds on a channel for its domain (the
@@ -518,9 +519,11 @@ class Relay:
         (see `_options.spend_hop` for forwarding services). An awaitable a service recipient
         answers with is not waited for."""
         out: list[Delivery] = []
+        alone = len(data.recipients) == 1  # a fan-out's data, nearly always: no copy needed
         for index, to in enumerate(data.recipients):
             with suppress(ApexpsError):
-                result = self._deliver(data.for_recipients([index]), to, None, received)
+                result = self._deliver(data if alone else data.for_recipients([index]), to,
+                                       None, received)
                 if isinstance(result, list):
                     out += result
                 elif inspect.iscoroutine(result):

@@ -77,7 +77,7 @@ from broker.robust.refill import Refilled, refill_chunks
 from broker.robust.repair import select_catch_up
 
 from ._batch_codec import BATCH_ITEM_CONTENT, BatchPacker, batch_item, batch_item_content
-from ._codec import BEEP_XML, Data, Option, TargetHop
+from ._codec import BEEP_XML, Data, Option, TargetHop, plain_data
 from ._endpoint import Endpoint
 from ._pubsub_codec import Reply, encode_pubsub
 from ._robust_codec import (
@@ -249,7 +249,7 @@ class _Packer:
     def close(self) -> None:
         done = self._packer.flush()
         if done is not None and self._to is not None:
-            self._send(Data(self._fanout.endpoint, (self._to,), done, BEEP_XML))
+            self._send(plain_data(self._fanout.endpoint, (self._to,), done, BEEP_XML))
 
     def _add(self, to: Endpoint, item: str) -> None:
         if self._to is not None and to is not self._to and to != self._to:
@@ -257,7 +257,7 @@ class _Packer:
         self._to = to
         done = self._packer.add(item)
         if done is not None:
-            self._send(Data(self._fanout.endpoint, (to,), done, BEEP_XML))
+            self._send(plain_data(self._fanout.endpoint, (to,), done, BEEP_XML))
 
 
 class SequencedFanout:
