@@ -3,6 +3,9 @@ what it refuses, for any link record."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -10,6 +13,7 @@ from hypothesis import strategies as st
 from broker.codec import default_codec
 from broker.errors import RecordSchemaError
 from broker.kafka_io import Position
+from broker.robust import _link_writer
 from broker.robust._link_writer import BATCH_SCHEMA, SCHEMA, LinkRecordWriter
 from broker.robust.links import LinkKind, LinkRecord
 
@@ -121,3 +125,77 @@ def test_a_pack_with_out_of_range_values_fares_as_on_the_generic_path(
         batch: list[LinkRecord]) -> None:
     # one bad record sends the whole pack down the generic path, which refuses it
     assert _fast_many(LinkRecordWriter(default_codec()), batch) == _generic_many(batch)
+
+
+# --- the C twin (broker/_speedups.c) against the Python writer --------------------------------
+
+
+def _outcome(write: Callable[[], bytes]) -> bytes | str:
+    try:
+        return write()
+    except Exception as exc:  # whatever the Python writer raises, the twin must raise too
+        return type(exc).__name__
+
+
+def _both(records_: list[Any], many: bool) -> tuple[bytes | str, bytes | str]:
+    c = LinkRecordWriter(default_codec())
+    py = LinkRecordWriter(default_codec(), compiled=False)
+    if many:
+        return _outcome(lambda: c.encode_many(records_)), _outcome(lambda: py.encode_many(records_))
+    return _outcome(lambda: c.encode(records_[0])), _outcome(lambda: py.encode(records_[0]))
+
+
+def test_the_twin_is_built() -> None:
+    assert _link_writer._link_bodies is not None, (
+        "broker._speedups is not built: apt-get install gcc python3-dev, then bash ops/bootstrap")
+
+
+#: values of every type a field might be handed: right ones, near misses and wrong types
+odd_values = (st.integers(min_value=-(1 << 70), max_value=1 << 70) | st.booleans() | st.none()
+              | st.text(max_size=6) | st.floats(allow_nan=False) | st.just("DATA")
+              | st.sampled_from(LinkKind) | st.builds(Position, ints, longs)
+              | st.tuples(ints, longs) | st.just("\ud800") | st.binary(max_size=4))
+
+
+@st.composite
+def odd_records(draw: st.DrawFn) -> Any:
+    """A link record with any field replaced by an odd value, or something else altogether."""
+    record = draw(records(wild=True))
+    fields = list(record)
+    for i in draw(st.sets(st.integers(0, len(fields) - 1), max_size=3)):
+        fields[i] = draw(odd_values)
+    if draw(st.integers(0, 9)) == 0:
+        return tuple(fields)  # a plain tuple: the Python writer reads fields by name
+    return LinkRecord(*fields)
+
+
+@given(st.lists(records(wild=True) | odd_records(), min_size=1, max_size=5), st.booleans())
+def test_the_twin_writes_or_declines_as_the_python_writer(batch: list[Any], many: bool) -> None:
+    compiled, python = _both(batch, many)
+    assert compiled == python
+
+
+@given(st.lists(records(), min_size=1, max_size=6))
+def test_the_twin_takes_plain_records(batch: list[LinkRecord]) -> None:
+    bodies = _link_writer._link_bodies
+    assert bodies is not None
+    # it answers for them itself, rather than declining to the Python writer
+    assert bodies(batch, _link_writer._KINDS, LinkRecord, Position) is not None
+    assert _both(batch, True)[0] == _generic_many(batch)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("ordinal", 1 << 63), ("ordinal", -(1 << 63) - 1), ("bits", 1 << 31), ("bits", True),
+    ("epoch", 2.0), ("link", b"desk"), ("link", "\ud800"), ("kind", "NOPE"), ("kind", ["x"]),
+    ("position", (1, 2)), ("position", Position(1 << 31, 0)), ("source", 7),
+    ("snapshot", 0), ("writer", None),
+])
+def test_each_guard_declines_to_the_python_writer(field: str, value: object) -> None:
+    base = LinkRecord("desk-1", 9, 2, 4, 16, 5, LinkKind.DATA, Position(1, 77), "a@b.c", 3,
+                      None, 12, 1_700_000_000_000, True)
+    odd = base._replace(**{field: value})
+    bodies = _link_writer._link_bodies
+    assert bodies is not None
+    assert bodies([base], _link_writer._KINDS, LinkRecord, Position) is not None
+    assert bodies([base, odd], _link_writer._KINDS, LinkRecord, Position) is None
+    assert _both([odd], False)[0] == _both([odd], False)[1]
