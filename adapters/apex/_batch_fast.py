@@ -159,14 +159,14 @@ def match_batch(content: bytes, max_bytes: int) -> tuple[str, list[ItemFields]] 
         return match_batch_python(content, max_bytes)
     link, scanned_items = scanned
     items: list[ItemFields] = []
-    known = _known
+    known, varied = _known, varied_stamp
     for key, seq, number, at, message_id, data, media in scanned_items:
         proto = known.get(key)
         if proto is None:
             proto = _remembered(key)
             if proto is None:
                 return None
-        items.append((varied_stamp(proto, seq, number, at, message_id), data, media, None))
+        items.append((varied(proto, seq, number, at, message_id), data, media, None))
     return link, items
 
 

@@ -42,14 +42,15 @@
 #define IN_PRINT 8  /* [ -~], of _CONTENT_PART's media type */
 #define IN_VALUE 16  /* _batch_fast._V on ASCII: [ -~] but & < > ' */
 #define IN_MEDIA 32  /* _batch_fast._MEDIA's class: [!-~] but & ' < > */
-#define IN_BASE64 64  /* the base64 alphabet: [A-Za-z0-9+/] */
-#define IN_DIGIT 128  /* [0-9] */
-#define IN_LOWER 256  /* [a-z] */
+#define IN_DIGIT 64  /* [0-9] */
+#define IN_LOWER 128  /* [a-z] */
 static const char alnum[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 static const char base64_alphabet[] =
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-static uint16_t classes[256];
-/* Each octet of base64_alphabet's value, its index there (0 for the others, never read). */
+static unsigned char classes[256];
+/* Each octet of base64_alphabet's value, its index there; NOT_BASE64 for the others (0x80, so
+ * that OR-ing the values of a group tells whether one was not: values are below 64). */
+#define NOT_BASE64 0x80
 static unsigned char base64_value[256];
 
 static void
@@ -70,10 +71,9 @@ fill_classes(void)
         if (i != '&' && i != '<' && i != '>' && i != '\'')
             classes[i] |= IN_VALUE | (i != ' ' ? IN_MEDIA : 0);
     }
-    for (i = 0; i < 64; i++) {
-        classes[(unsigned char)base64_alphabet[i]] |= IN_BASE64;
+    memset(base64_value, NOT_BASE64, sizeof(base64_value));
+    for (i = 0; i < 64; i++)
         base64_value[(unsigned char)base64_alphabet[i]] = (unsigned char)i;
-    }
     for (c = "0123456789"; *c; c++)
         classes[(unsigned char)*c] |= IN_DIGIT;
     for (i = 'a'; i <= 'z'; i++)
@@ -363,7 +363,8 @@ flag(const char **p, const char *end, const char *lit, size_t n, span *v)
         v->p = NULL;
 }
 
-#define QUOTED(p, end, lit, cls, max, v) quoted((p), (end), (lit), sizeof(lit) - 1, (cls), (max), (v))
+#define QUOTED(p, end, lit, cls, max, v) \
+    quoted((p), (end), (lit), sizeof(lit) - 1, (cls), (max), (v))
 #define OPTIONAL(p, end, lit, cls, max, v) \
     optional(&(p), (end), (lit), sizeof(lit) - 1, (cls), (max), (v))
 #define FLAG(p, end, lit, v) flag(&(p), (end), (lit), sizeof(lit) - 1, (v))
@@ -384,57 +385,68 @@ to_u64(span v, uint64_t *value)
     return 0;
 }
 
-/* Whether [p, end) is base64 in its canonical form: groups of four characters, the last of two
- * or three padded to four with "=". 0 if so; -1 if an octet is neither of the alphabet nor "="
- * (a2b_base64(..., strict_mode=True) refuses that in every Python version); 1 otherwise. */
+/* Why [p, end) is not base64 in its canonical form (groups of four characters, the last of two
+ * or three padded to four with "="): -1 if an octet is neither of the alphabet nor "=" (which
+ * a2b_base64(..., strict_mode=True) refuses in every Python version), else 1. */
 static int
-base64_form(const char *p, const char *end)
+not_canonical(const char *p, const char *end)
 {
-    const char *data_end = run(p, end, IN_BASE64), *q = data_end;
-    Py_ssize_t rest = (data_end - p) % 4;
-    while (q < end && *q == '=')
-        q++;
-    if (q == end && (rest == 0 ? q == data_end : rest >= 2 && q - data_end == 4 - rest))
-        return 0;
-    for (q = data_end; q < end; q++)
-        if (*q != '=' && !(classes[(unsigned char)*q] & IN_BASE64))
+    for (; p < end; p++)
+        if (*p != '=' && base64_value[(unsigned char)*p] == NOT_BASE64)
             return -1;
     return 1;
 }
 
-/* The octets that canonical base64 [p, end) encodes (see base64_form), as a2b_base64 decodes
- * them: the bits a short last group leaves over are dropped. */
+/* The octets [p, end) encodes if it is base64 in its canonical form, as a2b_base64 decodes
+ * them (the bits a short last group leaves over are dropped). Else NULL with *form set (see
+ * not_canonical); NULL with *form 0 is an error. One pass: each group is checked as it is
+ * decoded, and an output found to be unwanted is released. */
 static PyObject *
-base64_decode(const char *p, const char *end)
+base64_decode(const char *p, const char *end, int *form)
 {
     const unsigned char *s = (const unsigned char *)p;
-    Py_ssize_t n = end - p, i;
-    uint32_t v;
+    Py_ssize_t n = end - p, full, i;
+    unsigned int a, b, c, d, pads;
     unsigned char *out;
     PyObject *result;
 
-    while (n > 0 && s[n - 1] == '=')
-        n--;
-    result = PyBytes_FromStringAndSize(NULL, n / 4 * 3 + (n % 4 ? n % 4 - 1 : 0));
+    *form = 0;
+    if (n % 4 != 0) {
+        *form = not_canonical(p, end);
+        return NULL;
+    }
+    pads = n > 0 && end[-1] == '=' ? 1 + (end[-2] == '=') : 0;
+    result = PyBytes_FromStringAndSize(NULL, n / 4 * 3 - pads);
     if (result == NULL)
         return NULL;
     out = (unsigned char *)PyBytes_AS_STRING(result);
-    for (i = 0; i + 4 <= n; i += 4) {
-        v = (uint32_t)base64_value[s[i]] << 18 | (uint32_t)base64_value[s[i + 1]] << 12
-            | (uint32_t)base64_value[s[i + 2]] << 6 | base64_value[s[i + 3]];
-        *out++ = (unsigned char)(v >> 16);
-        *out++ = (unsigned char)(v >> 8);
-        *out++ = (unsigned char)v;
+    full = pads ? n - 4 : n;
+    for (i = 0; i < full; i += 4) {
+        a = base64_value[s[i]];
+        b = base64_value[s[i + 1]];
+        c = base64_value[s[i + 2]];
+        d = base64_value[s[i + 3]];
+        if ((a | b | c | d) & NOT_BASE64)
+            goto other;
+        *out++ = (unsigned char)(a << 2 | b >> 4);
+        *out++ = (unsigned char)(b << 4 | c >> 2);
+        *out++ = (unsigned char)(c << 6 | d);
     }
-    if (n - i >= 2) {
-        v = (uint32_t)base64_value[s[i]] << 18 | (uint32_t)base64_value[s[i + 1]] << 12;
-        if (n - i == 3)
-            v |= (uint32_t)base64_value[s[i + 2]] << 6;
-        *out++ = (unsigned char)(v >> 16);
-        if (n - i == 3)
-            *out++ = (unsigned char)(v >> 8);
+    if (pads) {  /* the last group: two characters and "==", or three and "=" */
+        a = base64_value[s[i]];
+        b = base64_value[s[i + 1]];
+        c = pads == 1 ? base64_value[s[i + 2]] : 0;
+        if ((a | b | c) & NOT_BASE64)
+            goto other;
+        *out++ = (unsigned char)(a << 2 | b >> 4);
+        if (pads == 1)
+            *out++ = (unsigned char)(b << 4 | c >> 2);
     }
     return result;
+other:
+    Py_DECREF(result);
+    *form = not_canonical(p, end);
+    return NULL;
 }
 
 /* A data item's groups, named as in _DATA_ITEM.groups(). */
@@ -497,41 +509,71 @@ number(span v, uint64_t value)
     return PyLong_FromUnsignedLongLong(value);
 }
 
-/* One item of scan_batch's result (see its docstring); `link` is the batch's. */
+/* Whether two groups have the same text (or neither matched). */
+static int
+same_text(span x, span y)
+{
+    if (x.p == NULL || y.p == NULL)
+        return x.p == y.p;
+    return x.n == y.n && memcmp(x.p, y.p, (size_t)x.n) == 0;
+}
+
+/* Whether two data items of one batch have the same _known key (the link is the batch's). */
+static int
+same_key(const data_item *m, const data_item *other)
+{
+    return same_text(m->epoch, other->epoch) && same_text(m->source, other->source)
+        && same_text(m->type, other->type) && same_text(m->topic, other->topic)
+        && same_text(m->token, other->token) && same_text(m->snapshot, other->snapshot)
+        && same_text(m->refill, other->refill);
+}
+
+/* One item of scan_batch's result (see its docstring): its key is `key` if not NULL (the
+ * previous item's, equal to this one's; borrowed), else made of `link` (the batch's) and
+ * m's groups. `content` is the decoded content, a new reference this takes over, whatever it
+ * returns. */
 static PyObject *
-data_fields(const data_item *m, PyObject *link, uint64_t link_seq, uint64_t source_seq,
-            uint64_t time, const char *content, const char *content_end)
+data_fields(const data_item *m, PyObject *key, PyObject *link, uint64_t link_seq,
+            uint64_t source_seq, uint64_t time, PyObject *content)
 {
     const span *keyed[7] = {&m->epoch, &m->source, &m->type, &m->topic, &m->token, &m->snapshot,
                             &m->refill};
-    PyObject *key, *item, *v;
+    PyObject *item, *v;
     int i;
 
     /* a tuple's unset slots are NULL, which releasing it skips */
-    key = PyTuple_New(8);
-    if (key == NULL)
-        return NULL;
-    Py_INCREF(link);
-    PyTuple_SET_ITEM(key, 0, link);
-    for (i = 0; i < 7; i++) {
-        if ((v = group(*keyed[i])) == NULL) {
-            Py_DECREF(key);
+    if (key != NULL) {
+        Py_INCREF(key);
+    } else {
+        key = PyTuple_New(8);
+        if (key == NULL) {
+            Py_DECREF(content);
             return NULL;
         }
-        PyTuple_SET_ITEM(key, i + 1, v);
+        Py_INCREF(link);
+        PyTuple_SET_ITEM(key, 0, link);
+        for (i = 0; i < 7; i++) {
+            if ((v = group(*keyed[i])) == NULL) {
+                Py_DECREF(key);
+                Py_DECREF(content);
+                return NULL;
+            }
+            PyTuple_SET_ITEM(key, i + 1, v);
+        }
     }
     item = PyTuple_New(7);
     if (item == NULL) {
         Py_DECREF(key);
+        Py_DECREF(content);
         return NULL;
     }
     PyTuple_SET_ITEM(item, 0, key);
+    PyTuple_SET_ITEM(item, 5, content);
 #define SET(i, expr) if ((v = (expr)) == NULL) goto error; PyTuple_SET_ITEM(item, (i), v)
     SET(1, PyLong_FromUnsignedLongLong(link_seq));
     SET(2, PyLong_FromUnsignedLongLong(source_seq));
     SET(3, number(m->time, time));
     SET(4, group(m->message_id));
-    SET(5, base64_decode(content, content_end));
     SET(6, group(m->media));
 #undef SET
     return item;
@@ -558,10 +600,10 @@ scan_batch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     const char *buf, *end, *p, *stop;
     Py_ssize_t size, max_bytes;
     span link;
-    data_item m;
+    data_item m, previous;
     int heartbeat, form;
     uint64_t link_seq, source_seq, time = 0;
-    PyObject *link_text, *items, *item, *result;
+    PyObject *link_text, *items, *content, *item, *result, *previous_key = NULL;
 
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "scan_batch() takes 2 arguments");
@@ -576,6 +618,7 @@ scan_batch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_Clear();
         Py_RETURN_TRUE;
     }
+    memset(&previous, 0, sizeof(previous));  /* read only once set: this quiets the compiler */
     buf = PyBytes_AS_STRING(args[0]);
     size = PyBytes_GET_SIZE(args[0]);
     if (size > max_bytes || !is_ascii(buf, buf + size))
@@ -612,13 +655,23 @@ scan_batch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             goto decline;
         /* text.find(_DATA_END, start, end), and strict base64 up to it */
         stop = memmem(p, (size_t)(end - p), DATA_END, sizeof(DATA_END) - 1);
-        if (stop == NULL || (form = base64_form(p, stop)) < 0)
+        if (stop == NULL)
             goto decline;
-        if (form > 0)
-            goto undecided;
-        item = data_fields(&m, link_text, link_seq, source_seq, time, p, stop);
+        content = base64_decode(p, stop, &form);
+        if (content == NULL) {
+            if (form < 0)
+                goto decline;
+            if (form > 0)
+                goto undecided;
+            goto error;
+        }
+        /* the items of a batch mostly share their key: one tuple, hashed once in Python */
+        item = data_fields(&m, previous_key != NULL && same_key(&m, &previous) ? previous_key
+                           : NULL, link_text, link_seq, source_seq, time, content);
         if (item == NULL)
             goto error;
+        previous = m;
+        previous_key = PyTuple_GET_ITEM(item, 0);  /* borrowed: `items` holds it */
         if (PyList_Append(items, item) < 0) {
             Py_DECREF(item);
             goto error;
@@ -659,7 +712,8 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "adapters.apex._speedups",
-    "C twins of _canonical.match_data()'s and _batch_fast.match_batch()'s layout checks.", -1, methods,
+    "C twins of _canonical.match_data()'s and _batch_fast.match_batch()'s layout checks.", -1,
+    methods,
 };
 
 PyMODINIT_FUNC

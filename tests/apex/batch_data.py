@@ -64,6 +64,22 @@ def _stamp_kw(draw: st.DrawFn, odd: bool) -> dict[str, object]:
             "refill": draw(st.booleans()), "snapshot": draw(st.booleans())}
 
 
+#: What varies between the stamps of one publisher's messages.
+_PER_MESSAGE = frozenset({"source_seq", "time", "message_id"})
+
+
+def _varied_kw(draw: st.DrawFn, odd: bool, first: dict[str, object]) -> dict[str, object]:
+    """A data stamp's fields: `first`'s but for those `_PER_MESSAGE` (and maybe one other),
+    or all drawn afresh."""
+    fresh = _stamp_kw(draw, odd)
+    how = draw(st.sampled_from(["same", "same", "one differs", "fresh"]))
+    if how == "fresh":
+        return fresh
+    own = _PER_MESSAGE | ({draw(st.sampled_from(sorted(fresh)))} if how == "one differs"
+                          else set())
+    return {name: fresh[name] if name in own else value for name, value in first.items()}
+
+
 def _other_stamp(link: str, link_seq: int, kind: StampKind, epoch: int, time: int | None,
                  refill: bool) -> str:
     """A heartbeat or withheld stamp as `encode_stamp` writes it, also of a link id no
@@ -81,8 +97,11 @@ def batches(draw: st.DrawFn, odd: bool = False, withheld: bool = True,
             heartbeats: bool = True) -> bytes:
     """A batch as `BatchPacker` writes it: data items (and now and then a heartbeat or a
     withheld item) of one link, stamps as the fan-out writes them; `odd`: names and media
-    types the fast path declines come in too."""
+    types the fast path declines come in too. A data item's stamp mostly repeats the first
+    one's fields but for the numbers and message-id (as from one publisher), or all but one
+    of them, or is drawn afresh."""
     link = draw(st.sampled_from([LINK]) | ((_plain | _odd) if odd else _plain))
+    first = _stamp_kw(draw, odd)
     packer = BatchPacker(link, MAX_BATCH_ITEMS)
     kinds = (["data"] * 6 + (["heartbeat"] if heartbeats else [])
              + (["withheld"] if withheld else []))
@@ -98,7 +117,7 @@ def batches(draw: st.DrawFn, odd: bool = False, withheld: bool = True,
             stamp_xml = _other_stamp(link, link_seq, StampKind.WITHHELD, 0, None, True)
             packer.add(batch_item(stamp_xml, encode_robust(Withheld())))
         else:
-            stamp_xml = data_stamp_xml(link, link_seq, **_stamp_kw(draw, odd))  # type: ignore[arg-type]
+            stamp_xml = data_stamp_xml(link, link_seq, **_varied_kw(draw, odd, first))  # type: ignore[arg-type]
             media = draw((_MEDIA | _ODD_MEDIA) if odd else _MEDIA)
             packer.add(batch_data_item(stamp_xml, draw(_contents), media))
         if draw(st.integers(0, 3)) == 0:

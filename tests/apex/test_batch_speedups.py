@@ -240,6 +240,8 @@ def _message_id(value: str) -> bytes:
         # not ASCII
         (_message_id("\u00e9"), "declined"),
         (_item("eA==", "eA==\u00e9"), "declined"),
+        # ... anywhere, so not even a heartbeat item before it goes to Python
+        (hand_made(_HEARTBEAT + HAND_MADE_ITEM.replace("q.a", "q.\u00e9")), "declined"),
         # the items' link
         (_item("<seq link='L'", "<seq link='M'"), "declined"),
         (_item("<seq link='L'", "<seq link='LL'"), "declined"),
@@ -317,6 +319,26 @@ def test_python_checks_what_the_c_accepts() -> None:
     doc = _item("source='a@b.c'", "source='a@B.C'")
     result = _agree(doc)
     assert result is not None and result[1][0][0].source == "a@b.c"
+
+
+def test_items_of_one_key_share_it() -> None:
+    """Items whose stamps differ only in their numbers share one key (one tuple for Python to
+    hash); an item that differs in any of the key's fields gets its own."""
+    assert _C is not None
+    varied = [HAND_MADE_ITEM.replace("time='12'", "token='t' time='12'").replace("'5'", "'6'"),
+              HAND_MADE_ITEM.replace("type='update'", "type='drop'"),
+              HAND_MADE_ITEM.replace("<seq link='L'", "<seq link='L' epoch='2'"),
+              HAND_MADE_ITEM.replace(" />", " refill='true' />")]
+    same = HAND_MADE_ITEM.replace("sourceseq='9'", "sourceseq='10'").replace(
+        "time='12'", "messageid='m' time='13'")
+    for other in varied:
+        doc = hand_made(HAND_MADE_ITEM + same + other + HAND_MADE_ITEM)
+        scanned = _C.scan_batch(doc, MAX_BATCH_XML)
+        assert scanned is not None and scanned is not True
+        keys = [item[0] for item in scanned[1]]
+        assert keys[0] is keys[1] and keys[2] != keys[1] and keys[3] == keys[0]
+        result = _agree(doc)
+        assert result is not None and result[1][2][0] != result[1][0][0]
 
 
 def test_size_limit() -> None:
