@@ -4,8 +4,9 @@ Everything else is in pyproject.toml. Each extension here is `optional`: where n
 at hand (the slim Docker image) the build goes on without it and the pure-Python code it
 mirrors runs instead, with the same results, only slower. Property tests hold each twin to its
 Python original on arbitrary input (tests/beep/test_fast_paths.py,
-tests/apex/test_canonical_speedups.py, tests/broker/test_link_writer.py); tests/test_speedups.py
-checks that the build made them. Keep this list and `broker.speedups.ACCELERATORS` the same.
+tests/apex/test_canonical_speedups.py, tests/apex/test_batch_speedups.py,
+tests/broker/test_link_writer.py); tests/test_speedups.py checks that the build made them. Keep
+this list and `broker.speedups.ACCELERATORS` the same.
 """
 
 from setuptools import Extension, setup

@@ -16,8 +16,10 @@ from adapters import speedups
 
 _PROBE = (
     "import json; from adapters import speedups; from adapters.beep import _frames, _mime; "
-    "print(json.dumps([speedups.active(), _frames._scan_whole is None, "
-    "_mime._content_type_only is None]))"
+    "from adapters.apex import _batch_fast, _canonical; from broker.robust import _link_writer; "
+    "print(json.dumps([speedups.active(), [_frames._scan_whole is None, "
+    "_mime._content_type_only is None, _canonical._match_layout is None, "
+    "_batch_fast._scan_batch is None, _link_writer._link_bodies is None]]))"
 )
 
 
@@ -36,8 +38,10 @@ def test_every_accelerator_is_built() -> None:
 
 
 def test_pure_python_switch_turns_every_accelerator_off() -> None:
-    active, frames_pure, mime_pure = _probe(APEXPS_PURE_PYTHON="1")
+    """APEXPS_PURE_PYTHON=1 turns every accelerator off, and each hot path that has a twin runs
+    its pure-Python version; without it, each runs its twin."""
+    active, pure = _probe(APEXPS_PURE_PYTHON="1")
     assert active == dict.fromkeys(speedups.ACCELERATORS, False)
-    assert frames_pure and mime_pure
-    _, frames_pure, mime_pure = _probe(APEXPS_PURE_PYTHON="0")
-    assert not frames_pure and not mime_pure
+    assert pure == [True] * 5
+    _, pure = _probe(APEXPS_PURE_PYTHON="0")
+    assert pure == [False] * 5

@@ -35,13 +35,23 @@ and never raises. Each guard below serves one clause of that:
   by `Endpoint.parse` as there), publish type, topic and token once per combination (a data
   `Stamp` built by its checking constructor, then remembered, as `StampReader` does), the
   numbers and message-id of every item against the same bounds; any failure declines.
+
+Where the optional C twin is built (`_speedups.c`, see `adapters.speedups`), `scan_batch` does
+the layout recognition -- every guard above but the checks of the values by the general path's
+functions -- and `match_batch` finishes with those (`_known`, `varied_stamp`).
+`match_batch_python` stays the definition: the C hands it anything awkward (a heartbeat item,
+base64 not in its canonical form), and tests/apex/test_batch_speedups.py holds the two to the
+same answers on arbitrary input.
 """
 
 from __future__ import annotations
 
 import binascii
 import re
+from collections.abc import Callable
+from typing import Literal
 
+from adapters import speedups
 from broker.errors import ApexpsError
 from broker.names import validate_topic
 from broker.records import PublishType
@@ -60,7 +70,7 @@ from ._robust_codec import (
     varied_stamp,
 )
 
-__all__ = ["ItemFields", "match_batch"]
+__all__ = ["ItemFields", "match_batch", "match_batch_python"]
 
 #: An attribute value whose text is its value (see the module docstring), on ASCII text.
 _V = r"[^\x00-\x1f\x7f&<>']"
@@ -93,6 +103,16 @@ _known: dict[tuple[str | None, ...], Stamp] = {}
 #: Most combinations remembered: hostile batches naming ever-new sources start it over.
 _KNOWN_LIMIT = 1024
 
+#: One data item as `scan_batch` reads it: `_known`'s key, link seq, source seq, time,
+#: message-id, decoded content and content type.
+_ScannedItem = tuple[tuple[str | None, ...], int, int, int | None, str | None, bytes, str]
+#: `scan_batch(content, max_bytes)`: `match_batch`'s layout checks in C (None if not built,
+#: or built from an older source without it: tests/test_speedups.py says so). It returns
+#: `(link, items)`, None to decline, or True where `match_batch_python` must decide.
+_scan_batch: Callable[[bytes, int],
+                      tuple[str, list[_ScannedItem]] | Literal[True] | None] | None = \
+    getattr(speedups.load("adapters.apex._speedups"), "scan_batch", None)
+
 
 def _bounded(digits: str, low: int, high: int) -> int:
     number = int(digits)
@@ -117,9 +137,41 @@ def _checked_proto(key: tuple[str | None, ...]) -> Stamp | None:
         return None
 
 
+def _remembered(key: tuple[str | None, ...]) -> Stamp | None:
+    """`_checked_proto(key)`, remembered in `_known` if the general path takes it."""
+    proto = _checked_proto(key)
+    if proto is not None:
+        if len(_known) >= _KNOWN_LIMIT:
+            _known.clear()
+        _known[key] = proto
+    return proto
+
+
 def match_batch(content: bytes, max_bytes: int) -> tuple[str, list[ItemFields]] | None:
     """The link and items of `content` if it is a batch of at most `max_bytes` octets in the
     broker's layout; None to decline. Never raises."""
+    if _scan_batch is None:
+        return match_batch_python(content, max_bytes)
+    scanned = _scan_batch(content, max_bytes)
+    if scanned is None:
+        return None
+    if scanned is True:
+        return match_batch_python(content, max_bytes)
+    link, scanned_items = scanned
+    items: list[ItemFields] = []
+    known, varied = _known, varied_stamp
+    for key, seq, number, at, message_id, data, media in scanned_items:
+        proto = known.get(key)
+        if proto is None:
+            proto = _remembered(key)
+            if proto is None:
+                return None
+        items.append((varied(proto, seq, number, at, message_id), data, media, None))
+    return link, items
+
+
+def match_batch_python(content: bytes, max_bytes: int) -> tuple[str, list[ItemFields]] | None:
+    """`match_batch()` in Python: what the compiled twin must equal, and the fallback."""
     if len(content) > max_bytes or not content.isascii():
         return None
     text = content.decode("ascii")
@@ -147,12 +199,9 @@ def match_batch(content: bytes, max_bytes: int) -> tuple[str, list[ItemFields]] 
             key = (link, epoch, source, ptype, topic, token, snapshot, refill)
             proto = known.get(key)
             if proto is None:
-                proto = _checked_proto(key)
+                proto = _remembered(key)
                 if proto is None:
                     return None
-                if len(known) >= _KNOWN_LIMIT:
-                    known.clear()
-                known[key] = proto
             if message_id is not None and len(message_id) > MAX_MESSAGE_ID_LEN:
                 return None
             seq, number = int(link_seq), int(source_seq)

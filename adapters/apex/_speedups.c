@@ -1,6 +1,13 @@
-/* A C twin of the layout checks of _canonical.match_data (see there: match_data_python stays
- * the definition; this returns exactly what its checks decide, and
- * tests/apex/test_canonical_speedups.py holds the two to it on arbitrary input).
+/* C twins of two pure-Python layout checks, each of which stays the definition:
+ *
+ * - match_layout: the layout checks of _canonical.match_data (match_data_python), held to it
+ *   on arbitrary input by tests/apex/test_canonical_speedups.py. Notes below, then further
+ *   down scan_batch's own.
+ * - scan_batch: the layout checks of _batch_fast.match_batch (match_batch_python), held to it
+ *   by tests/apex/test_batch_speedups.py.
+ *
+ * match_layout: the layout checks of _canonical.match_data (see there: match_data_python
+ * stays the definition; this returns exactly what its checks decide).
  *
  * Why C: match_data was the relay's largest Python function per data (5-10 us, about a fifth
  * of the server's time on a data), nearly all of it interpreter overhead around a few compiled
@@ -33,8 +40,18 @@
 #define IN_ID 2     /* _ID: [0-9A-Za-z!#$*+\-./:=?@^_`{|}~] */
 #define IN_WS 4     /* _WS: [ \t\r\n] */
 #define IN_PRINT 8  /* [ -~], of _CONTENT_PART's media type */
+#define IN_VALUE 16  /* _batch_fast._V on ASCII: [ -~] but & < > ' */
+#define IN_MEDIA 32  /* _batch_fast._MEDIA's class: [!-~] but & ' < > */
+#define IN_DIGIT 64  /* [0-9] */
+#define IN_LOWER 128  /* [a-z] */
 static const char alnum[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+static const char base64_alphabet[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 static unsigned char classes[256];
+/* Each octet of base64_alphabet's value, its index there; NOT_BASE64 for the others (0x80, so
+ * that OR-ing the values of a group tells whether one was not: values are below 64). */
+#define NOT_BASE64 0x80
+static unsigned char base64_value[256];
 
 static void
 fill_classes(void)
@@ -49,13 +66,23 @@ fill_classes(void)
         classes[(unsigned char)*c] |= IN_ID;
     for (c = " \t\r\n"; *c; c++)
         classes[(unsigned char)*c] |= IN_WS;
-    for (i = 0x20; i <= 0x7e; i++)
+    for (i = 0x20; i <= 0x7e; i++) {
         classes[i] |= IN_PRINT;
+        if (i != '&' && i != '<' && i != '>' && i != '\'')
+            classes[i] |= IN_VALUE | (i != ' ' ? IN_MEDIA : 0);
+    }
+    memset(base64_value, NOT_BASE64, sizeof(base64_value));
+    for (i = 0; i < 64; i++)
+        base64_value[(unsigned char)base64_alphabet[i]] = (unsigned char)i;
+    for (c = "0123456789"; *c; c++)
+        classes[(unsigned char)*c] |= IN_DIGIT;
+    for (i = 'a'; i <= 'z'; i++)
+        classes[i] |= IN_LOWER;
 }
 
 /* The longest run of octets of class `cls` at p (before end): its end. */
 static inline const char *
-run(const char *p, const char *end, unsigned char cls)
+run(const char *p, const char *end, unsigned int cls)
 {
     while (p < end && (classes[(unsigned char)*p] & cls))
         p++;
@@ -252,14 +279,441 @@ match_layout(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
+/* --- scan_batch -----------------------------------------------------------------------------
+ *
+ * Why C: a subscriber of live batches spends nearly half its time per delivery in
+ * _batch_fast.match_batch, nearly all of it interpreter overhead around one compiled regex per
+ * item, its groups, int()s, a find() and a2b_base64() over a few hundred octets. Here that
+ * layout is read octet by octet. match_batch_python stays the definition. Every check that goes
+ * through the general path's own functions stays in Python: the link id, epoch, source,
+ * publish type, topic and token, checked once per combination by a data Stamp's constructor and
+ * remembered (_known); so does building each item's Stamp (varied_stamp).
+ *
+ * _batch_fast's patterns are deterministic on any text: every `V+`, `{_N}`, `[a-z]{1,16}` and
+ * media type is followed by a quote its class excludes, so it is the longest run of its class
+ * there and must be of a length in its bounds; every optional group begins with a blank and a
+ * name that neither the other optional groups nor what follows them begin with, so it is taken
+ * wherever it matches, and where it half matches the item fails either way. The data and the
+ * heartbeat pattern are one up to `kind='`.
+ *
+ * What goes back to Python (True, "undecided"; match_batch then runs match_batch_python): any
+ * heartbeat item (idle links: rare), a content of base64 characters and "=" that is not base64
+ * in its canonical form (which padding a2b_base64's strict mode takes differs between Python
+ * versions; what the broker writes is canonical), and arguments other than exactly bytes and
+ * an int of C's size. Declining (None) is safe at whichever guard fails first: match_batch_python
+ * returns None if any of its guards fails, whatever the order. No state is kept; every object
+ * built is either returned or released.
+ */
+
+/* _robust_codec's MAX_BATCH_ITEMS, MAX_MESSAGE_ID_LEN and MAX_LONG (MAX_LINK_SEQ is
+ * UINT64_MAX), and the {1,20} digits, [a-z]{1,16} publish type and {1,255} media type of
+ * _batch_fast's patterns. */
+#define MAX_BATCH_ITEMS 4096
+#define MAX_MESSAGE_ID_LEN 1024
+#define MAX_LONG 9223372036854775807ULL
+#define MAX_DIGITS 20
+#define MAX_TYPE 16
+#define MAX_BATCH_MEDIA 255
+#define UNBOUNDED PY_SSIZE_T_MAX
+#define DATA_END "</content></item>"
+
+/* A group of a pattern: its octets, or p == NULL where an optional group did not match. */
+typedef struct {
+    const char *p;
+    Py_ssize_t n;
+} span;
+
+/* `lit` (an attribute's blank, name and opening quote), then 1..max octets of class `cls`, then
+ * the closing quote, at p: the octets as *v; the position after the quote, or NULL if the text
+ * there is anything else. */
+static const char *
+quoted(const char *p, const char *end, const char *lit, size_t n, unsigned int cls,
+       Py_ssize_t max, span *v)
+{
+    const char *q;
+    if (!take(&p, end, lit, n))
+        return NULL;
+    q = run(p, end, cls);
+    if (q == p || q - p > max || q == end || *q != '\'')
+        return NULL;
+    v->p = p;
+    v->n = q - p;
+    return q + 1;
+}
+
+/* An optional group `(?:lit...')?` (see quoted): steps *p past it where it matches. */
+static void
+optional(const char **p, const char *end, const char *lit, size_t n, unsigned int cls,
+         Py_ssize_t max, span *v)
+{
+    const char *q = quoted(*p, end, lit, n, cls, max, v);
+    if (q != NULL)
+        *p = q;
+    else
+        v->p = NULL;
+}
+
+/* An optional group `(lit)?` of fixed text: steps *p past it where it matches. */
+static void
+flag(const char **p, const char *end, const char *lit, size_t n, span *v)
+{
+    v->p = *p;
+    v->n = (Py_ssize_t)n;
+    if (!take(p, end, lit, n))
+        v->p = NULL;
+}
+
+#define QUOTED(p, end, lit, cls, max, v) \
+    quoted((p), (end), (lit), sizeof(lit) - 1, (cls), (max), (v))
+#define OPTIONAL(p, end, lit, cls, max, v) \
+    optional(&(p), (end), (lit), sizeof(lit) - 1, (cls), (max), (v))
+#define FLAG(p, end, lit, v) flag(&(p), (end), (lit), sizeof(lit) - 1, (v))
+
+/* int() of at most MAX_DIGITS digits, as *value; -1 if it exceeds UINT64_MAX. */
+static int
+to_u64(span v, uint64_t *value)
+{
+    uint64_t x = 0, d;
+    Py_ssize_t i;
+    for (i = 0; i < v.n; i++) {
+        d = (uint64_t)(v.p[i] - '0');
+        if (x > (UINT64_MAX - d) / 10)
+            return -1;
+        x = x * 10 + d;
+    }
+    *value = x;
+    return 0;
+}
+
+/* Why [p, end) is not base64 in its canonical form (groups of four characters, the last of two
+ * or three padded to four with "="): -1 if an octet is neither of the alphabet nor "=" (which
+ * a2b_base64(..., strict_mode=True) refuses in every Python version), else 1. */
+static int
+not_canonical(const char *p, const char *end)
+{
+    for (; p < end; p++)
+        if (*p != '=' && base64_value[(unsigned char)*p] == NOT_BASE64)
+            return -1;
+    return 1;
+}
+
+/* The octets [p, end) encodes if it is base64 in its canonical form, as a2b_base64 decodes
+ * them (the bits a short last group leaves over are dropped). Else NULL with *form set (see
+ * not_canonical); NULL with *form 0 is an error. One pass: each group is checked as it is
+ * decoded, and an output found to be unwanted is released. */
+static PyObject *
+base64_decode(const char *p, const char *end, int *form)
+{
+    const unsigned char *s = (const unsigned char *)p;
+    Py_ssize_t n = end - p, full, i;
+    unsigned int a, b, c, d, pads;
+    unsigned char *out;
+    PyObject *result;
+
+    *form = 0;
+    if (n % 4 != 0) {
+        *form = not_canonical(p, end);
+        return NULL;
+    }
+    pads = n > 0 && end[-1] == '=' ? 1 + (end[-2] == '=') : 0;
+    result = PyBytes_FromStringAndSize(NULL, n / 4 * 3 - pads);
+    if (result == NULL)
+        return NULL;
+    out = (unsigned char *)PyBytes_AS_STRING(result);
+    full = pads ? n - 4 : n;
+    for (i = 0; i < full; i += 4) {
+        a = base64_value[s[i]];
+        b = base64_value[s[i + 1]];
+        c = base64_value[s[i + 2]];
+        d = base64_value[s[i + 3]];
+        if ((a | b | c | d) & NOT_BASE64)
+            goto other;
+        *out++ = (unsigned char)(a << 2 | b >> 4);
+        *out++ = (unsigned char)(b << 4 | c >> 2);
+        *out++ = (unsigned char)(c << 6 | d);
+    }
+    if (pads) {  /* the last group: two characters and "==", or three and "=" */
+        a = base64_value[s[i]];
+        b = base64_value[s[i + 1]];
+        c = pads == 1 ? base64_value[s[i + 2]] : 0;
+        if ((a | b | c) & NOT_BASE64)
+            goto other;
+        *out++ = (unsigned char)(a << 2 | b >> 4);
+        if (pads == 1)
+            *out++ = (unsigned char)(b << 4 | c >> 2);
+    }
+    return result;
+other:
+    Py_DECREF(result);
+    *form = not_canonical(p, end);
+    return NULL;
+}
+
+/* A data item's groups, named as in _DATA_ITEM.groups(). */
+typedef struct {
+    span link, epoch, link_seq, source, source_seq, type, topic, token, message_id, time,
+        snapshot, refill, media;
+} data_item;
+
+/* _DATA_ITEM.match(text, p, end): its groups in *m, and the position after it (the start of
+ * the content); NULL if it does not match. *heartbeat is set where the item is a heartbeat's
+ * instead (the prefix the two patterns share matches, then kind='heartbeat'). */
+static const char *
+read_item(const char *p, const char *end, data_item *m, int *heartbeat)
+{
+    *heartbeat = 0;
+    if (!TAKE(p, end, "<item>")
+            || (p = QUOTED(p, end, "<seq link='", IN_VALUE, UNBOUNDED, &m->link)) == NULL)
+        return NULL;
+    OPTIONAL(p, end, " epoch='", IN_DIGIT, MAX_DIGITS, &m->epoch);
+    if ((p = QUOTED(p, end, " linkseq='", IN_DIGIT, MAX_DIGITS, &m->link_seq)) == NULL
+            || !TAKE(p, end, " kind='"))
+        return NULL;
+    if (TAKE(p, end, "heartbeat'")) {
+        *heartbeat = 1;
+        return NULL;
+    }
+    if (!TAKE(p, end, "data'")
+            || (p = QUOTED(p, end, " source='", IN_VALUE, UNBOUNDED, &m->source)) == NULL
+            || (p = QUOTED(p, end, " sourceseq='", IN_DIGIT, MAX_DIGITS, &m->source_seq)) == NULL
+            || (p = QUOTED(p, end, " type='", IN_LOWER, MAX_TYPE, &m->type)) == NULL
+            || (p = QUOTED(p, end, " topic='", IN_VALUE, UNBOUNDED, &m->topic)) == NULL)
+        return NULL;
+    OPTIONAL(p, end, " token='", IN_VALUE, UNBOUNDED, &m->token);
+    OPTIONAL(p, end, " messageid='", IN_VALUE, UNBOUNDED, &m->message_id);
+    OPTIONAL(p, end, " time='", IN_DIGIT, MAX_DIGITS, &m->time);
+    FLAG(p, end, " snapshot='true'", &m->snapshot);
+    FLAG(p, end, " refill='true'", &m->refill);
+    if (!TAKE(p, end, " /><content")
+            || (p = QUOTED(p, end, " type='", IN_MEDIA, MAX_BATCH_MEDIA, &m->media)) == NULL
+            || !TAKE(p, end, ">"))
+        return NULL;
+    return p;
+}
+
+/* A group's text, or None where it did not match. */
+static PyObject *
+group(span v)
+{
+    if (v.p == NULL)
+        Py_RETURN_NONE;
+    return ascii_str(v.p, v.n);
+}
+
+/* A new int, or None where the group did not match. */
+static PyObject *
+number(span v, uint64_t value)
+{
+    if (v.p == NULL)
+        Py_RETURN_NONE;
+    return PyLong_FromUnsignedLongLong(value);
+}
+
+/* Whether two groups have the same text (or neither matched). */
+static int
+same_text(span x, span y)
+{
+    if (x.p == NULL || y.p == NULL)
+        return x.p == y.p;
+    return x.n == y.n && memcmp(x.p, y.p, (size_t)x.n) == 0;
+}
+
+/* Whether two data items of one batch have the same _known key (the link is the batch's). */
+static int
+same_key(const data_item *m, const data_item *other)
+{
+    return same_text(m->epoch, other->epoch) && same_text(m->source, other->source)
+        && same_text(m->type, other->type) && same_text(m->topic, other->topic)
+        && same_text(m->token, other->token) && same_text(m->snapshot, other->snapshot)
+        && same_text(m->refill, other->refill);
+}
+
+/* One item of scan_batch's result (see its docstring): its key is `key` if not NULL (the
+ * previous item's, equal to this one's; borrowed), else made of `link` (the batch's) and
+ * m's groups. `content` is the decoded content, a new reference this takes over, whatever it
+ * returns. */
+static PyObject *
+data_fields(const data_item *m, PyObject *key, PyObject *link, uint64_t link_seq,
+            uint64_t source_seq, uint64_t time, PyObject *content)
+{
+    const span *keyed[7] = {&m->epoch, &m->source, &m->type, &m->topic, &m->token, &m->snapshot,
+                            &m->refill};
+    PyObject *item, *v;
+    int i;
+
+    /* a tuple's unset slots are NULL, which releasing it skips */
+    if (key != NULL) {
+        Py_INCREF(key);
+    } else {
+        key = PyTuple_New(8);
+        if (key == NULL) {
+            Py_DECREF(content);
+            return NULL;
+        }
+        Py_INCREF(link);
+        PyTuple_SET_ITEM(key, 0, link);
+        for (i = 0; i < 7; i++) {
+            if ((v = group(*keyed[i])) == NULL) {
+                Py_DECREF(key);
+                Py_DECREF(content);
+                return NULL;
+            }
+            PyTuple_SET_ITEM(key, i + 1, v);
+        }
+    }
+    item = PyTuple_New(7);
+    if (item == NULL) {
+        Py_DECREF(key);
+        Py_DECREF(content);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(item, 0, key);
+    PyTuple_SET_ITEM(item, 5, content);
+#define SET(i, expr) if ((v = (expr)) == NULL) goto error; PyTuple_SET_ITEM(item, (i), v)
+    SET(1, PyLong_FromUnsignedLongLong(link_seq));
+    SET(2, PyLong_FromUnsignedLongLong(source_seq));
+    SET(3, number(m->time, time));
+    SET(4, group(m->message_id));
+    SET(6, group(m->media));
+#undef SET
+    return item;
+error:
+    Py_DECREF(item);
+    return NULL;
+}
+
+PyDoc_STRVAR(scan_batch_doc,
+"scan_batch(content, max_bytes) -> (link, items)\n"
+"\n"
+"match_batch()'s checks of everything but the values the general path's functions check:\n"
+"`link` is the batch's link and `items` a list of one tuple per item, (key, link_seq,\n"
+"source_seq, time, message_id, content, media_type): `key` is _known's key (link, epoch,\n"
+"source, type, topic, token, snapshot, refill), each a str as _DATA_ITEM's group (or None),\n"
+"the numbers are ints within their bounds (time None where absent), `content` the decoded\n"
+"octets. None to decline; True when the pure-Python match_batch must decide (a heartbeat\n"
+"item, a content not in canonical base64 yet not refused on sight, or arguments that are not\n"
+"exactly bytes and an int of C's size).");
+
+static PyObject *
+scan_batch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    const char *buf, *end, *p, *stop;
+    Py_ssize_t size, max_bytes;
+    span link;
+    data_item m, previous;
+    int heartbeat, form;
+    uint64_t link_seq, source_seq, time = 0;
+    PyObject *link_text, *items, *content, *item, *result, *previous_key = NULL;
+
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "scan_batch() takes 2 arguments");
+        return NULL;
+    }
+    if (!PyBytes_CheckExact(args[0]) || !PyLong_CheckExact(args[1]))
+        Py_RETURN_TRUE;
+    max_bytes = PyLong_AsSsize_t(args[1]);
+    if (max_bytes == -1 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+            return NULL;
+        PyErr_Clear();
+        Py_RETURN_TRUE;
+    }
+    memset(&previous, 0, sizeof(previous));  /* read only once set: this quiets the compiler */
+    buf = PyBytes_AS_STRING(args[0]);
+    size = PyBytes_GET_SIZE(args[0]);
+    if (size > max_bytes || !is_ascii(buf, buf + size))
+        Py_RETURN_NONE;
+
+    /* _HEAD.match(text) and text.endswith(_END); the items lie between. */
+    end = buf + size;
+    p = QUOTED(buf, end, "<batch link='", IN_VALUE, UNBOUNDED, &link);
+    if (p == NULL || !TAKE(p, end, ">") || size < 8 || memcmp(end - 8, "</batch>", 8) != 0)
+        Py_RETURN_NONE;
+    end -= 8;
+    if (p > end)
+        Py_RETURN_NONE;  /* no items, and no `pos == end` at the end */
+    link_text = ascii_str(link.p, link.n);
+    if (link_text == NULL)
+        return NULL;
+    items = PyList_New(0);
+    if (items == NULL) {
+        Py_DECREF(link_text);
+        return NULL;
+    }
+    while (p < end) {
+        if (PyList_GET_SIZE(items) == MAX_BATCH_ITEMS)
+            goto decline;  /* one item more than match_batch_python takes */
+        p = read_item(p, end, &m, &heartbeat);
+        if (p == NULL)
+            goto heartbeat_or_decline;
+        if (m.link.n != link.n || memcmp(m.link.p, link.p, (size_t)link.n) != 0
+                || (m.message_id.p != NULL && m.message_id.n > MAX_MESSAGE_ID_LEN)
+                || to_u64(m.link_seq, &link_seq) < 0 || link_seq == 0
+                || to_u64(m.source_seq, &source_seq) < 0 || source_seq == 0
+                || source_seq > MAX_LONG
+                || (m.time.p != NULL && (to_u64(m.time, &time) < 0 || time > MAX_LONG)))
+            goto decline;
+        /* text.find(_DATA_END, start, end), and strict base64 up to it */
+        stop = memmem(p, (size_t)(end - p), DATA_END, sizeof(DATA_END) - 1);
+        if (stop == NULL)
+            goto decline;
+        content = base64_decode(p, stop, &form);
+        if (content == NULL) {
+            if (form < 0)
+                goto decline;
+            if (form > 0)
+                goto undecided;
+            goto error;
+        }
+        /* the items of a batch mostly share their key: one tuple, hashed once in Python */
+        item = data_fields(&m, previous_key != NULL && same_key(&m, &previous) ? previous_key
+                           : NULL, link_text, link_seq, source_seq, time, content);
+        if (item == NULL)
+            goto error;
+        previous = m;
+        previous_key = PyTuple_GET_ITEM(item, 0);  /* borrowed: `items` holds it */
+        if (PyList_Append(items, item) < 0) {
+            Py_DECREF(item);
+            goto error;
+        }
+        Py_DECREF(item);
+        p = stop + sizeof(DATA_END) - 1;
+    }
+    /* p == end: every step stays within it */
+    if (PyList_GET_SIZE(items) == 0)
+        goto decline;
+    result = PyTuple_Pack(2, link_text, items);
+    Py_DECREF(link_text);
+    Py_DECREF(items);
+    return result;
+
+heartbeat_or_decline:
+    if (heartbeat)
+        goto undecided;
+decline:
+    Py_DECREF(link_text);
+    Py_DECREF(items);
+    Py_RETURN_NONE;
+undecided:
+    Py_DECREF(link_text);
+    Py_DECREF(items);
+    Py_RETURN_TRUE;
+error:
+    Py_DECREF(link_text);
+    Py_DECREF(items);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"match_layout", (PyCFunction)(void (*)(void))match_layout, METH_FASTCALL, match_layout_doc},
+    {"scan_batch", (PyCFunction)(void (*)(void))scan_batch, METH_FASTCALL, scan_batch_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "adapters.apex._speedups",
-    "A C twin of _canonical.match_data()'s layout checks.", -1, methods,
+    "C twins of _canonical.match_data()'s and _batch_fast.match_batch()'s layout checks.", -1,
+    methods,
 };
 
 PyMODINIT_FUNC
