@@ -78,8 +78,9 @@ Durability and other processes: entries live in the compacted access topic throu
 `broker.registry.Registry`; `put`, `remove` and `load_file` return once Kafka has them. The CLI
 writes to Kafka directly while a broker runs; `start_following()` runs a thread that calls
 `refresh()` every `refresh_interval_s`, which picks those writes up. (A lazy refresh inside
-`allowed` was the alternative: it would put a Kafka round trip -- 5-10 ms when nothing
-changed, seconds while leadership moves -- on the publish path, which runs on the event loop.)
+`allowed` was the alternative: it would put a Kafka round trip -- a watermark request, ~0.3 ms
+on one local Kafka when nothing changed, seconds while leadership moves -- on the publish path,
+which runs on the event loop.)
 
 Speed: decisions are cached per (originator, token, topic). The control watches the registry
 (`Registry.watch`): each change, whoever made it, updates the compiled index for that one entry

@@ -8,6 +8,7 @@ whole from their compacted topics and the journal replays its tail (see broker/j
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -47,6 +48,7 @@ class BrokerCore:
         self.codec = codec or default_codec()
         self.robust = robust or RobustConfig()
         self._producer: KafkaProducer | None = None
+        self._registries: tuple[Registry[Any], ...] = ()
 
     def kafka_topics(self) -> dict[str, tuple[int, dict[str, str]]]:
         """Every Kafka topic apexps owns, with partitions and configs (see DESIGN's layout)."""
@@ -83,6 +85,8 @@ class BrokerCore:
             k, p, c, role="access", schema="access_entry", from_avro=AccessEntry.from_avro)
         self.holds: Registry[HeldData] = Registry(
             k, p, c, role="holds", schema="held_data", from_avro=HeldData.from_avro)
+        #: Closed with the core: a refreshed registry holds a Kafka consumer.
+        self._registries = (self.topics, self.subscriptions, self.access, self.holds)
         self.holds.load()
         self.links = LinkLog(k, p, c, bits=self.robust.seq_bits, max_gap=self.robust.max_gap)
         # Recovered (and from then on written) only by the broker that serves the live path:
@@ -97,6 +101,10 @@ class BrokerCore:
         return report
 
     def close(self) -> None:
+        """Close what `open` made; idempotent. Stop whatever refreshes the registries first
+        (`AccessControl.stop_following`): a refresh after this raises."""
+        for registry in self._registries:
+            registry.close()
         if self._producer is not None:
             try:
                 self.items.close()  # a no-op unless this process recovered the items

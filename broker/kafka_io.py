@@ -9,8 +9,9 @@ calls `poll()` so delivery callbacks run promptly whatever the caller does (conf
 `examples/producer.py` calls `poll(0)` after each produce for the same reason). `BufferError`
 (local queue full) is backpressure: wait for deliveries and retry, up to a deadline.
 
-Reads: an assigned (never subscribed, never committing) consumer per read, bounded by the high
-watermark taken when the read starts, so a read always ends.
+Reads: an assigned (never subscribed, never committing) consumer, bounded by the high watermark
+taken when the read starts, so a read always ends. `read_partition` makes a consumer per read,
+for one-off reads; `PartitionReader` keeps one for reads repeated for ever (a registry's refresh).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ __all__ = [
     "Delivery",
     "KafkaConfig",
     "KafkaProducer",
+    "PartitionReader",
     "Position",
     "StoredRecord",
     "Tail",
@@ -56,6 +58,8 @@ DEFAULT_DELIVERY_TIMEOUT_MS = 30_000
 DEFAULT_LINGER_MS = 0
 #: How long Kafka may hold a tail's fetch while nothing arrives (see `Tail`).
 TAIL_FETCH_WAIT_MS = 100
+#: How long a read waits for Kafka (leadership moving, a restart) before JournalUnavailable.
+KAFKA_WAIT_S = 30.0
 #: librdkafka's own partitioner picks the partition (RD_KAFKA_PARTITION_UA).
 _ANY_PARTITION = -1
 
@@ -371,7 +375,7 @@ def partition_count(config: KafkaConfig, topic: str) -> int:
     return len(meta.partitions)
 
 
-def _consumer(config: KafkaConfig) -> Consumer:
+def _consumer(config: KafkaConfig, **overrides: Any) -> Consumer:
     return Consumer(
         config.client_conf(
             **{
@@ -381,24 +385,30 @@ def _consumer(config: KafkaConfig) -> Consumer:
                 "enable.partition.eof": False,
                 "auto.offset.reset": "earliest",
                 "fetch.wait.max.ms": 10,
+                **overrides,
             }
         )
     )
 
 
-def _watermarks(c: Consumer, topic: str, partition: int) -> tuple[int, int]:
+def _watermarks(c: Consumer, topic: str, partition: int,
+                wait_s: float = KAFKA_WAIT_S) -> tuple[int, int]:
     # Right after a topic is created or Kafka restarts, leadership may still be moving.
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + wait_s
     while True:
+        timeout = min(10.0, max(0.1, deadline - time.monotonic()))
         try:
-            low, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-            return int(low), int(high)
+            got = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
+            if got is not None:  # documented to mean a timeout; seen as _TIMED_OUT instead
+                return int(got[0]), int(got[1])
+            err = KafkaError(KafkaError._TIMED_OUT)
         except KafkaException as exc:
             err = exc.args[0]
-            if (not err.retriable() and err.code() not in _LEADER_MOVING) \
-                    or time.monotonic() > deadline:
+            if not err.retriable() and err.code() not in _LEADER_MOVING:
                 raise JournalUnavailable(f"kafka offsets of {topic}[{partition}]: {err}") from exc
-            time.sleep(0.1)
+        if time.monotonic() > deadline:
+            raise JournalUnavailable(f"kafka offsets of {topic}[{partition}]: {err}")
+        time.sleep(0.1)
 
 
 _LEADER_MOVING = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
@@ -441,37 +451,135 @@ def read_partition(
         low, high = _watermarks(c, topic, partition)
         stop = high if end is None else min(end, high)
         first = low if start is None else max(start, low)
-        if first >= stop:
-            return
-        c.assign([TopicPartition(topic, partition, first)])
-        idle_deadline = time.monotonic() + 30
-        at = first
-        while True:
-            # consume() returns once it has `batch` messages or the timeout passed: near the
-            # end of the range fewer than `batch` are left, and waiting 0.5 s for the rest
-            # stalled every bounded read; there the wait is short and the loop asks again.
-            msgs = c.consume(batch, timeout=0.5 if stop - at > batch else 0.01)
-            if not msgs:
-                # Offsets can be missing (compaction) at the very end of the range.
-                (pos,) = c.position([TopicPartition(topic, partition)])
-                if pos.offset >= stop:
-                    return
-                if time.monotonic() > idle_deadline:
-                    raise JournalUnavailable(f"reading {topic}[{partition}] stalled before {stop}")
-                continue
-            idle_deadline = time.monotonic() + 30
-            for m in msgs:
-                if m.error() is not None:
-                    raise JournalUnavailable(f"reading {topic}[{partition}]: {m.error()}")
-                off: int = m.offset() or 0  # None only for error events, handled above
-                if off >= stop:
-                    return
-                yield StoredRecord(Position(partition, off), m.key(), m.value(), m.timestamp()[1])
-                if off + 1 >= stop:
-                    return
-                at = off + 1
+        yield from _read_range(c, topic, partition, first, stop, batch=batch)
     finally:
         c.close()
+
+
+def _read_range(c: Consumer, topic: str, partition: int, first: int, stop: int, *,
+                batch: int) -> Iterator[StoredRecord]:
+    """Records at offsets [first, stop) through `c`, which this assigns to the partition."""
+    if first >= stop:
+        return
+    c.assign([TopicPartition(topic, partition, first)])
+    idle_deadline = time.monotonic() + 30
+    at = first
+    while True:
+        # consume() returns once it has `batch` messages or the timeout passed: near the
+        # end of the range fewer than `batch` are left, and waiting 0.5 s for the rest
+        # stalled every bounded read; there the wait is short and the loop asks again.
+        msgs = c.consume(batch, timeout=0.5 if stop - at > batch else 0.01)
+        if not msgs:
+            # Offsets can be missing (compaction) at the very end of the range.
+            (pos,) = c.position([TopicPartition(topic, partition)])
+            if pos.offset >= stop:
+                return
+            if time.monotonic() > idle_deadline:
+                raise JournalUnavailable(f"reading {topic}[{partition}] stalled before {stop}")
+            continue
+        idle_deadline = time.monotonic() + 30
+        for m in msgs:
+            if m.error() is not None:
+                raise JournalUnavailable(f"reading {topic}[{partition}]: {m.error()}")
+            off: int = m.offset() or 0  # None only for error events, handled above
+            if off >= stop:
+                return
+            yield StoredRecord(Position(partition, off), m.key(), m.value(), m.timestamp()[1])
+            if off + 1 >= stop:
+                return
+            at = off + 1
+
+
+class PartitionReader:
+    """Bounded reads of one topic's partitions, asked again and again, through one consumer.
+
+    `read_partition` makes a librdkafka client per read: four or five threads, a bootstrap and
+    a broker connection, metadata and ApiVersions, then a close. For a caller that looks every
+    second (the access follower) that was a new client a second for ever, in this process and
+    in Kafka's JVM. This keeps one consumer and its connection; looking costs one watermark
+    request (`cached=False`: asked of the partition leader over that connection).
+
+    Between reads the consumer is assigned nothing, so it fetches nothing: an assigned idle
+    consumer would send Kafka a fetch every `fetch.wait.max.ms` (10 ms here) for ever.
+
+    The consumer is made on first use. After any failure it is closed and the next call makes a
+    new one, so nothing a failure leaves behind (a fatal error, a half-done read) outlives it;
+    while Kafka is away that is one client per failed call, each after `wait_s` of trying.
+    Generic errors (lost connections) go to a callback that logs them, not into the records a
+    later read returns. Not thread-safe: one caller at a time.
+    """
+
+    def __init__(self, config: KafkaConfig, topic: str, *, wait_s: float = KAFKA_WAIT_S) -> None:
+        self.topic = topic
+        self.wait_s = wait_s
+        self._config = config
+        self._c: Consumer | None = None
+        self._closed = False
+
+    def _consumer(self) -> Consumer:
+        if self._closed:
+            raise RuntimeError(f"the reader of {self.topic} is closed")
+        if self._c is None:
+            self._c = _consumer(self._config, error_cb=self._on_error)
+        else:
+            # Serve callbacks queued while idle (errors from a Kafka restart, say), so they
+            # neither pile up nor wait for the next read. Nothing is assigned: no records.
+            self._c.poll(0)
+        return self._c
+
+    def _on_error(self, err: KafkaError) -> None:
+        # librdkafka reconnects by itself; a fatal error surfaces from the next call, which
+        # then fails and makes way for a new consumer.
+        if err.fatal():
+            log.error("kafka reader fatal error", topic=self.topic, error=str(err))
+        else:
+            log.debug("kafka reader error", topic=self.topic, error=str(err))
+
+    def _drop(self) -> None:
+        c, self._c = self._c, None
+        if c is not None:
+            try:
+                c.close()
+            except (KafkaException, RuntimeError) as exc:
+                log.debug("kafka reader close", topic=self.topic, error=str(exc))
+
+    def watermarks(self, partition: int) -> tuple[int, int]:
+        """(low, high) of `partition` now; JournalUnavailable if Kafka does not say in time."""
+        try:
+            return _watermarks(self._consumer(), self.topic, partition, self.wait_s)
+        except (JournalUnavailable, KafkaException) as exc:
+            self._drop()
+            if isinstance(exc, JournalUnavailable):
+                raise
+            raise JournalUnavailable(f"kafka offsets of {self.topic}[{partition}]: {exc}") from exc
+
+    def read(self, partition: int, start: int | None = None, end: int | None = None, *,
+             batch: int = 1000) -> list[StoredRecord]:
+        """Records of `partition` in [start, end) as `read_partition` reads them (None: the
+        watermarks now), all at once: the consumer is unassigned again before this returns."""
+        if start is None or end is None:
+            low, high = self.watermarks(partition)
+            start = low if start is None else max(start, low)
+            end = high if end is None else min(end, high)
+        c = self._consumer()
+        try:
+            return list(_read_range(c, self.topic, partition, start, end, batch=batch))
+        except (JournalUnavailable, KafkaException) as exc:
+            self._drop()
+            if isinstance(exc, JournalUnavailable):
+                raise
+            raise JournalUnavailable(f"reading {self.topic}[{partition}]: {exc}") from exc
+        finally:
+            if self._c is not None:
+                try:
+                    self._c.unassign()
+                except KafkaException:
+                    self._drop()  # whatever state it is in, the next call starts afresh
+
+    def close(self) -> None:
+        """Close the consumer; idempotent. Reading afterwards raises RuntimeError."""
+        self._closed = True
+        self._drop()
 
 
 class Tail:

@@ -5,12 +5,17 @@ compaction later drops. `put` returns only after Kafka has the record, and only 
 in-memory view, so what a caller was told and what a restart rebuilds always agree.
 
 Other processes may write the same topic (the `apexps access` CLI does while a broker runs).
-`refresh()` reads only what was appended after the offsets the last `load()`/`refresh()` reached
-and applies it. Kafka's order decides between writers: the view remembers, per key, the offset
-of the record it reflects and never replaces it with an older one, so a `put` racing a
-`refresh` that is still applying earlier records cannot be undone by them. `version` rises on
-every change of the view, and `watch` tells a listener about each change as it is applied, so
-derived state (the access index) follows without rebuilding.
+`refresh()` reads only what was appended after the offsets the last `load()`/`refresh()` reached,
+up to the high watermark at the time of the call, and applies it. It is meant to be called every
+second for the life of a broker, so it keeps one consumer (`kafka_io.PartitionReader`, made on
+the first refresh, released by `close()`): a refresh that finds nothing new costs one watermark
+request per partition over an open connection, not a new Kafka client.
+
+Kafka's order decides between writers: the view remembers, per key, the offset of the record it
+reflects and never replaces it with an older one, so a `put` racing a `refresh` that is still
+applying earlier records cannot be undone by them. `version` rises on every change of the
+view, and `watch` tells a listener about each change as it is applied, so derived state (the
+access index) follows without rebuilding.
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from broker.codec import Codec
 from broker.kafka_io import (
+    KAFKA_WAIT_S,
     KafkaConfig,
     KafkaProducer,
+    PartitionReader,
     StoredRecord,
     partition_count,
     read_partition,
@@ -55,7 +62,9 @@ Watcher = Callable[[str, T | None], None]
 
 class Registry(Generic[T]):
     def __init__(self, config: KafkaConfig, producer: KafkaProducer, codec: Codec, *,
-                 role: str, schema: str, from_avro: Callable[[dict[str, Any]], T]) -> None:
+                 role: str, schema: str, from_avro: Callable[[dict[str, Any]], T],
+                 kafka_wait_s: float = KAFKA_WAIT_S) -> None:
+        """`kafka_wait_s`: how long a refresh waits for Kafka before JournalUnavailable."""
         self.topic = config.topic(role)
         self._config = config
         self._producer = producer
@@ -69,7 +78,13 @@ class Registry(Generic[T]):
         #: partition -> offset after the last record read; None: nothing read yet.
         self._next: dict[int, int | None] = {}
         self._watchers: list[Watcher[T]] = []
+        #: Guards the view; put/delete/watch take it, briefly.
         self._lock = threading.Lock()
+        #: One load/refresh at a time: they share `_next` and the reader, and a refresh may
+        #: wait on Kafka for `kafka_wait_s`, which must not hold up put/get.
+        self._reading = threading.Lock()
+        self._reader = PartitionReader(config, self.topic, wait_s=kafka_wait_s)  # no client yet
+        self._closed = False
         #: Rises whenever the view changes (load, put, delete, or a refresh that applied records).
         self.version = 0
 
@@ -100,6 +115,12 @@ class Registry(Generic[T]):
 
     def load(self) -> int:
         """Read the whole topic, replacing the view; returns how many keys it holds."""
+        with self._reading:
+            self._check_open()
+            return self._load()
+
+    def _load(self) -> int:
+        # One-off reads: a registry that is only ever loaded keeps no client around.
         items: dict[str, T] = {}
         offsets: dict[str, int] = {}
         ends: dict[int, int | None] = {}
@@ -125,23 +146,46 @@ class Registry(Generic[T]):
         return len(items)
 
     def refresh(self) -> int:
-        """Apply records appended since the last load/refresh (by any process); returns how
-        many changed the view. Costs one watermark query per partition when nothing changed."""
-        if not self._next:
-            self.load()
-            return len(self._items)
-        changed = 0
-        for part, start in list(self._next.items()):
-            records = list(read_partition(self._config, self.topic, part, start))
-            if not records:
-                continue
-            # Decode everything first: a record that does not decode raises with nothing applied.
-            changes = [c for c in map(self._decode, records) if c is not None]
-            with self._lock:
-                changed += sum(self._set(c) for c in changes)
-                end = records[-1].position.offset + 1
-                self._next[part] = max(end, self._next.get(part) or 0)
-        return changed
+        """Apply records appended since the last load/refresh (by any process), up to the high
+        watermark now; returns how many changed the view. Costs one watermark request per
+        partition when nothing changed. Safe from several threads (they take turns).
+
+        Raises:
+            JournalUnavailable: Kafka did not answer within `kafka_wait_s`; nothing was
+                applied from the partition that failed, and the next refresh tries again
+                (on a new consumer).
+            RuntimeError: the registry was closed.
+        """
+        with self._reading:
+            self._check_open()
+            if not self._next:
+                return self._load()
+            changed = 0
+            for part, start in list(self._next.items()):
+                low, high = self._reader.watermarks(part)
+                first = low if start is None else max(start, low)
+                if first >= high:
+                    continue
+                records = self._reader.read(part, first, high)
+                # Decode everything first: a record that does not decode raises with nothing
+                # applied.
+                changes = [c for c in map(self._decode, records) if c is not None]
+                with self._lock:
+                    changed += sum(self._set(c) for c in changes)
+                    self._next[part] = max(high, self._next.get(part) or 0)
+            return changed
+
+    def close(self) -> None:
+        """Release the refresh consumer; idempotent. `put`, `delete` and reading the view
+        still work (the producer is the caller's); `load` and `refresh` raise RuntimeError,
+        rather than quietly making a Kafka client that nothing would close."""
+        with self._reading:  # after a refresh in flight, not under it
+            self._closed = True
+            self._reader.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"registry {self.topic} is closed: it reads Kafka no more")
 
     def _decode(self, rec: StoredRecord) -> _Change[T] | None:
         if rec.key is None:
