@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
-import timeit
-from collections.abc import Callable
 from functools import partial
 
 from adapters import speedups
@@ -28,19 +25,9 @@ from adapters.apex._batch_codec import (
 )
 from adapters.apex._batch_fast import match_batch, match_batch_python
 from adapters.apex._robust_codec import data_stamp_xml
+from ops.bench._timing import micros
 
 LINK = "s3@bench.example"
-
-
-def _micros(calls: list[Callable[[], object]], number: int, repeat: int) -> list[float]:
-    """Best µs per call of each of `calls`, their runs interleaved so that a burst of other
-    work on the machine hits them alike."""
-    timers = [timeit.Timer(call, timer=time.process_time) for call in calls]
-    best = [float("inf")] * len(calls)
-    for _ in range(repeat):
-        for index, timer in enumerate(timers):
-            best[index] = min(best[index], timer.timeit(number))
-    return [b / number * 1e6 for b in best]
 
 
 def sample(items: int, size: int) -> bytes:
@@ -73,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
                 match_batch_python(doc, MAX_BATCH_XML) != (general[0], list(general[1])):
             print("the fast paths declined the batch or disagree", file=sys.stderr)
             return 1
-        slow, python, c = _micros([partial(_decode_general, doc),
+        slow, python, c = micros([partial(_decode_general, doc),
                                    partial(match_batch_python, doc, MAX_BATCH_XML),
                                    partial(match_batch, doc, MAX_BATCH_XML)],
                                   args.number, args.repeat)

@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
-import timeit
-from collections.abc import Callable
 
 from adapters.apex._codec import (
     Data,
@@ -26,17 +23,7 @@ from adapters.apex._codec import (
     encode,
 )
 from adapters.apex._endpoint import Endpoint
-
-
-def _micros(calls: list[Callable[[], object]], number: int, repeat: int) -> list[float]:
-    """Best µs per call of each of `calls`, their runs interleaved so that a burst of other
-    work on the machine hits them alike."""
-    timers = [timeit.Timer(call, timer=time.process_time) for call in calls]
-    best = [float("inf")] * len(calls)
-    for _ in range(repeat):
-        for index, timer in enumerate(timers):
-            best[index] = min(best[index], timer.timeit(number))
-    return [b / number * 1e6 for b in best]
+from ops.bench._timing import micros
 
 
 def sample(recipients: int, size: int) -> Data:
@@ -70,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         ("encode", lambda: _encode_general(data), lambda: encode(data)),
     ]
     for name, slow_call, fast_call in rows:
-        slow, quick = _micros([slow_call, fast_call], args.number, args.repeat)
+        slow, quick = micros([slow_call, fast_call], args.number, args.repeat)
         print(f"{name}: general {slow:7.2f} us  fast {quick:6.2f} us"
               f"  speed-up {slow / quick:4.1f}x")
     assert _encode_fast(data) is not None
