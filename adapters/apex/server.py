@@ -435,6 +435,8 @@ class ApexServer:
                     self._complete(session, done.event, done.operation, final)
                 except ApexpsError as exc:  # the session ended while the service worked
                     log.info("reply dropped", error=str(exc))
+                except Exception:  # a bug: the replies behind this one must still go
+                    log.exception("reply failed")
         if not queue:
             del session.waiting[channel]
         # The replies of one journal batch settle in the same event-loop turn: they leave in
