@@ -12,6 +12,8 @@ import os
 import subprocess
 import sys
 
+from pytest import MonkeyPatch
+
 from adapters import speedups
 
 _PROBE = (
@@ -45,3 +47,27 @@ def test_pure_python_switch_turns_every_accelerator_off() -> None:
     assert pure == [True] * 5
     _, pure = _probe(APEXPS_PURE_PYTHON="0")
     assert pure == [False] * 5
+
+
+def test_the_broker_says_which_accelerators_it_runs_with(monkeypatch: MonkeyPatch) -> None:
+    """The ready line counts them; a missing one is a warning that says how to build it; one
+    switched off on purpose is only noted."""
+    from structlog.testing import capture_logs
+
+    from adapters.cli import run_cmd
+
+    monkeypatch.delenv("APEXPS_PURE_PYTHON", raising=False)
+    assert run_cmd.report_accelerators() == f"{len(speedups.ACCELERATORS)}/" \
+        f"{len(speedups.ACCELERATORS)}"
+    one_missing = dict.fromkeys(speedups.ACCELERATORS, True) | {speedups.ACCELERATORS[0]: False}
+    monkeypatch.setattr(run_cmd.speedups, "active", lambda: one_missing)
+    with capture_logs() as logs:
+        count = run_cmd.report_accelerators()
+    assert count == f"{len(speedups.ACCELERATORS) - 1}/{len(speedups.ACCELERATORS)}"
+    (warning,) = logs
+    assert warning["log_level"] == "warning" and warning["missing"] == [speedups.ACCELERATORS[0]]
+    assert "gcc python3-dev" in warning["fix"]
+    monkeypatch.setenv("APEXPS_PURE_PYTHON", "1")
+    with capture_logs() as logs:
+        run_cmd.report_accelerators()
+    assert [entry["log_level"] for entry in logs] == ["info"]

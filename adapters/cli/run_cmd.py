@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 from pathlib import Path
 from typing import Any
 
 import structlog
 
+from adapters import speedups
 from adapters.cli import heap
 from adapters.cli import loop as event_loop
 from adapters.cli.client_cmd import DEFAULT_APEX_PORT
@@ -20,6 +22,20 @@ from broker.kafka_io import KafkaConfig
 from broker.robust.config import RobustConfig
 
 log = structlog.get_logger(__name__)
+
+
+def report_accelerators() -> str:
+    """How many of the compiled twins (setup.py) this process runs with, as "N/M". A build that
+    went on without a C compiler runs the pure-Python twins, correct but slower, and would
+    otherwise say so nowhere: warn, with the fix."""
+    active = speedups.active()
+    missing = sorted(name for name, on in active.items() if not on)
+    if missing and os.environ.get("APEXPS_PURE_PYTHON", "") in ("", "0"):
+        log.warning("compiled accelerators missing: their pure-Python twins run instead, slower",
+                    missing=missing, fix="apt-get install gcc python3-dev, then bash ops/bootstrap")
+    elif missing:
+        log.info("compiled accelerators switched off by APEXPS_PURE_PYTHON", missing=missing)
+    return f"{len(active) - len(missing)}/{len(active)}"
 
 
 def _config(args: argparse.Namespace, bootstrap: str) -> KafkaConfig:
@@ -77,7 +93,7 @@ async def _serve_async(args: argparse.Namespace, config: KafkaConfig,
         log.info("broker ready; Ctrl-C stops it", bootstrap=config.bootstrap,
                  listen=f"{app.host}:{app.port}", domain=app.domain,
                  journal_sources=app.report.journal.sources, topics=app.report.topics,
-                 subscriptions=app.report.subscriptions)
+                 subscriptions=app.report.subscriptions, compiled=report_accelerators())
         await stop.wait()
     finally:
         log.info("broker stopping")

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from broker.speedups import ACCELERATORS
+
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 APEXPS = [sys.executable, "-m", "adapters.cli.main"]
@@ -38,6 +40,8 @@ def test_up_serves_then_ctrl_c_stops_broker_and_kafka(tmp_path: Path) -> None:
         _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     assert "broker stopped" in err
+    ready = [json.loads(line) for line in err.splitlines() if "broker ready" in line]
+    assert ready and ready[0]["compiled"] == "{0}/{0}".format(len(ACCELERATORS))
     after = subprocess.run([*APEXPS, "kafka", "status", "--data-dir", str(data)],
                            capture_output=True, text=True)
     assert after.returncode == 3 and "running: False" in after.stdout
