@@ -201,8 +201,14 @@ class Pending:
     calls: list[tuple[int, Awaitable[Iterable[Data]]]]
 
     async def settle(self) -> Outcome:
-        results = await asyncio.gather(*(call for _, call in self.calls), return_exceptions=True)
-        return self._finish(results)
+        """`settle_then`, awaited: the final outcome, or what settling raised."""
+        settled: asyncio.Future[Outcome | BaseException] = \
+            asyncio.get_running_loop().create_future()
+        self.settle_then(settled.set_result)
+        result = await settled
+        if isinstance(result, BaseException):
+            raise result
+        return result
 
     def settle_then(self, done: Callable[[Outcome | BaseException], None]) -> None:
         """`settle()` without a task: `done(outcome)` runs on the event loop once every call
@@ -216,8 +222,13 @@ class Pending:
             left -= 1
             if left:
                 return
-            results = [asyncio.CancelledError() if f.cancelled() else f.exception() or f.result()
-                       for f in futures]
+            results: list[Iterable[Data] | BaseException] = []
+            for f in futures:
+                if f.cancelled():
+                    results.append(asyncio.CancelledError())
+                else:
+                    exc = f.exception()
+                    results.append(f.result() if exc is None else exc)
             try:
                 outcome = self._finish(results)
             except BaseException as exc:  # handed on: the caller answers for it

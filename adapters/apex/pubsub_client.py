@@ -140,8 +140,9 @@ LinkListener = Callable[[LinkTraffic], None]
 
 class _Inbox:
     """What `events()` yields, in order: asyncio.Queue's `put_nowait`, and a wait for the next,
-    at a fraction of its cost (a subscriber puts every delivery through it, and the queue's
-    bookkeeping for `join()` and for many getters was a tenth of what a delivery cost)."""
+    for less (a subscriber puts every delivery through it, and the queue's bookkeeping for
+    `join()` and a coroutine per item showed among the subscriber's largest costs under
+    cProfile)."""
 
     __slots__ = ("_waiters", "items")
 

