@@ -16,7 +16,9 @@ Two phases per subscriber count:
 
 Raw: a confluent-kafka producer (idempotent, acks=all, same linger) and one consumer on a
 topic of the same Kafka, paced at 1,000 msgs/s and flat out; its end-to-end message rate is the
-ratio's denominator (target: pubsub ≥ 0.25x raw).
+ratio's denominator (target: pubsub ≥ 0.25x raw). Beside each subscriber count, raw again with
+as many consumers as subscribers, each reading every record: Kafka alone doing the same fan-out,
+which is the fairer yardstick for both the latency and the rate.
 """
 
 from __future__ import annotations
@@ -279,8 +281,10 @@ def _case(port: int, subscribers: int, seconds: float, rate: int, window: int,
 _WARM_UP = b"warm-up"
 
 
-def _raw(bootstrap: str, seconds: float, rate: int,
-         kafka_pid: int | None = None) -> dict[str, float]:
+def _raw(bootstrap: str, seconds: float, rate: int, kafka_pid: int | None = None,
+         consumers: int = 1) -> dict[str, float]:
+    """Produce to a fresh topic and read it back with `consumers` consumers, each of which
+    reads every record (as many as the subscribers, for the fan-out comparison)."""
     from confluent_kafka import Consumer, Producer, TopicPartition
 
     from broker.kafka_io import DEFAULT_LINGER_MS, KafkaConfig, ensure_topics
@@ -289,15 +293,15 @@ def _raw(bootstrap: str, seconds: float, rate: int,
     ensure_topics(KafkaConfig(bootstrap=bootstrap), {topic: (1, {})})
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                          "acks": "all", "linger.ms": DEFAULT_LINGER_MS})
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": topic,
-                         "enable.auto.commit": False, "fetch.wait.max.ms": 2})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    lat: list[float] = []
-    got = 0
-    done, warm = threading.Event(), threading.Event()
+    lats: list[list[float]] = [[] for _ in range(consumers)]
+    done = threading.Event()
+    warm = [threading.Event() for _ in range(consumers)]
 
-    def consume() -> None:
-        nonlocal got
+    def consume(i: int) -> None:
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-{i}",
+                             "enable.auto.commit": False, "fetch.wait.max.ms": 2})
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        lat = lats[i]
         while not done.is_set():
             # poll for one, then take what is fetched: consume(n, t) alone may wait out t
             first = consumer.poll(0.1)
@@ -307,18 +311,20 @@ def _raw(bootstrap: str, seconds: float, rate: int,
                 if m.error() is None:
                     value = m.value() or b""
                     if value == _WARM_UP:
-                        warm.set()
+                        warm[i].set()
                         continue
                     lat.append(_age_ms(value))
-                    got += 1
-    reader = threading.Thread(target=consume)
-    reader.start()
+        consumer.close()
+    readers = [threading.Thread(target=consume, args=(i,)) for i in range(consumers)]
+    for reader in readers:
+        reader.start()
     # One message through first, so that neither the producer's idempotence handshake nor the
-    # consumer's first fetch weighs on the measured ones, as on the pubsub side, where the
+    # consumers' first fetch weighs on the measured ones, as on the pubsub side, where the
     # broker's Kafka clients run and the subscribers are subscribed before the publisher starts.
     producer.produce(topic, _WARM_UP)
     producer.flush(60)
-    if not warm.wait(60):
+    if not all(w.wait(60) for w in warm):
+        done.set()
         raise SystemExit("raw: the warm-up message did not come back within 60 s")
     kafka_before = _cpu_seconds(kafka_pid) if kafka_pid else 0.0
     sent, began = 0, time.perf_counter()
@@ -336,15 +342,17 @@ def _raw(bootstrap: str, seconds: float, rate: int,
                 time.sleep(ahead)
     producer.flush(60)
     deadline = time.monotonic() + 60
-    while got < sent and time.monotonic() < deadline:
+    while min(len(lat) for lat in lats) < sent and time.monotonic() < deadline:
         time.sleep(0.01)
     elapsed = time.perf_counter() - began
     kafka = _cpu_seconds(kafka_pid) - kafka_before if kafka_pid else 0.0
     done.set()
-    reader.join()
-    consumer.close()
-    p50, p99 = _pcts(lat)
-    return {"sent": sent, "msgs_per_s": got / elapsed, "p50": p50, "p99": p99,
+    for reader in readers:
+        reader.join()
+    p50, p99 = _pcts([x for lat in lats for x in lat])
+    delivered = sum(len(lat) for lat in lats)
+    return {"sent": sent, "msgs_per_s": min(len(lat) for lat in lats) / elapsed,
+            "deliveries_per_s": delivered / elapsed, "p50": p50, "p99": p99,
             "cpu_kafka_us": kafka / max(1, sent) * 1e6}
 
 
@@ -417,7 +425,12 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 server.stdin.close()
                 server.wait(timeout=120)
+            # The same job done by Kafka alone: as many consumers as subscribers, each reading
+            # every record (one process, as the subscribers are), paced and flat out.
+            fan_paced = _raw(bootstrap, args.seconds, args.paced_rate, consumers=count)
+            fan_flat = _raw(bootstrap, args.seconds, 0, consumers=count)
             ratio = flat["msgs_per_s"] / raw_flat["msgs_per_s"]
+            fan_ratio = flat["msgs_per_s"] / fan_flat["msgs_per_s"]
             print(f"{count:>3} subscribers: paced {args.paced_rate:,}/s p50 {paced['p50']:.2f} ms"
                   f" p99"
                   f" {paced['p99']:.2f} ms (target p99 < 20 ms at 10)"
@@ -425,6 +438,11 @@ def main(argv: list[str] | None = None) -> int:
                   f" {flat['msgs_per_s']:,.0f} msgs/s = {flat['deliveries_per_s']:,.0f}"
                   f" deliveries/s, p99 {flat['p99']:.1f} ms; ratio to raw {ratio:.2f}x"
                   f" (target ≥ 0.25x){'' if flat['complete'] else ' INCOMPLETE'}", flush=True)
+            print(f"      raw confluent-kafka with {count} consumers (the same fan-out): paced"
+                  f" {args.paced_rate:,}/s p50 {fan_paced['p50']:.2f} ms p99"
+                  f" {fan_paced['p99']:.2f} ms; flat out {fan_flat['msgs_per_s']:,.0f} msgs/s ="
+                  f" {fan_flat['deliveries_per_s']:,.0f} deliveries/s; pubsub's rate is"
+                  f" {fan_ratio:.2f}x of it", flush=True)
             for name, phase in (("paced", paced), ("flat out", flat)):
                 print(f"      CPU per message, {name}: broker {phase['cpu_broker_us']:,.0f} µs,"
                       f" publisher {phase['cpu_publisher_us']:,.0f} µs, {count} subscribers"
