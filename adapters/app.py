@@ -99,7 +99,8 @@ class BrokerApp:
             JournalFollower, self.config, self.core.codec, self.handler.forward_threadsafe,
             start=start, recent=recent)
         if self.handler.sequenced is not None:
-            self.handler.sequenced.follow(self.follower.start_positions, carried)
+            self.handler.sequenced.follow(self.follower.start_positions, carried,
+                                          self.follower.when_read)
         self.follower.start()
         self.handler.start()
         for topic, origin in self.redistribute:

@@ -118,6 +118,9 @@ APPENDS_IN_FLIGHT = 1
 #: Link items gathered at most before they are appended regardless (a burst's batch: a few ms
 #: of a flat-out publisher at ten subscribers, well inside a links pack's limits).
 GATHER_LIMIT = 1024
+#: How long a snapshot waits for the journal follower to reach what the journal held when the
+#: request came, before it answers 421 rather than serve a state that misses acknowledged data.
+CATCH_UP_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,6 +297,7 @@ class SequencedFanout:
         self._marks = marks
         #: (link, journal position) already on the link, from before a restart (`follow`)
         self._carried: set[tuple[str, Position]] = set()
+        self._when_read: Callable[[Callable[[], None]], None] | None = None
         #: link -> the most items one `<batch>` of its live data holds (batch_live)
         self._live_batch: dict[str, int] = {}
         self._mark_task: asyncio.Task[None] | None = None
@@ -343,13 +347,16 @@ class SequencedFanout:
                 log.warning("fan-out mark not written", error=str(exc))
 
     def follow(self, start: dict[int, int],
-               carried: set[tuple[str, Position]] | None = None) -> None:
+               carried: set[tuple[str, Position]] | None = None,
+               when_read: Callable[[Callable[[], None]], None] | None = None) -> None:
         """The journal follower starts at `start` (offset per partition): what precedes it was
         never forwarded, so a repair's catch-up reaches at least that far. `carried`: (link,
         journal position) pairs already on their links although beyond the fan-out mark (a
-        restart, broker/robust/fanout.py): not put on those links again."""
+        restart, broker/robust/fanout.py): not put on those links again. `when_read`: the
+        follower's `JournalFollower.when_read`, which snapshots wait on."""
         self._follow_start = dict(start)
         self._carried = set(carried or ())
+        self._when_read = when_read
 
     def claim(self, link: str, owner: str) -> None:
         """Claim `link` for `owner` (on subscribe, in a worker thread) and send the reset that
@@ -602,6 +609,7 @@ class SequencedFanout:
         who = str(originator)
         link = req.link or default_link_id(who)
         try:
+            await self._caught_up()
             await asyncio.to_thread(self._snapshot_checks, who, req.topic, link)
         except ApexpsError as exc:
             log.info("snapshot refused", topic=req.topic, originator=who, code=int(exc.code),
@@ -621,6 +629,26 @@ class SequencedFanout:
         log.info("snapshot sent", topic=req.topic, message_id=req.message_id, originator=who,
                  link=link, items=count)
         return [self._reply(originator, Reply(250, req.trans_id))]
+
+    async def _caught_up(self) -> None:
+        """Until the item state holds everything the journal held now, acknowledged to its
+        publishers or not (JournalUnavailable if that takes over CATCH_UP_S)."""
+        if self._when_read is None:
+            return
+        loop, read = self._loop, self._loop.create_future()
+
+        def done() -> None:
+            if not read.done():
+                read.set_result(None)
+
+        def hop() -> None:
+            loop.call_soon_threadsafe(done)
+        await asyncio.to_thread(self._when_read, hop)
+        try:
+            await asyncio.wait_for(read, CATCH_UP_S)
+        except TimeoutError:
+            raise JournalUnavailable(f"the journal follower did not catch up in {CATCH_UP_S:g} s;"
+                                     " ask again") from None
 
     def _reply(self, to: Endpoint, reply: Reply) -> Data:
         return Data(self.endpoint, (to,), encode_pubsub(reply), BEEP_XML, content_ref="#Content")

@@ -5,6 +5,11 @@ DATA entries to `deliver` (the adapter hops onto its event loop there). Forwardi
 journal returns, rather than from the message in hand, means a subscriber only ever sees what
 Kafka made durable, in Kafka's order (per source: seq order, since a source has one partition).
 
+`when_read` is read-your-writes for requests that look at what forwarding built (a snapshot
+reads the data item state, which `deliver` advances): it calls back once everything the journal
+held when it was asked has been handed to `deliver`. Right after a start, or on a loaded machine,
+the tail can be a good half second behind an append that was already acknowledged.
+
 Where the follower starts: given per partition by its caller. `BrokerApp` starts it at the
 fan-out mark (broker/robust/fanout.py), so what was journaled but not yet on its subscribers'
 links when the last broker stopped is forwarded now rather than lost; partitions without a
@@ -21,7 +26,7 @@ import structlog
 from broker.codec import Codec
 from broker.errors import ApexpsError
 from broker.journal import SCHEMA
-from broker.kafka_io import KafkaConfig, Tail
+from broker.kafka_io import KafkaConfig, PartitionReader, Tail
 from broker.recent import RecentJournal
 from broker.records import JournalEntry, RecordKind
 
@@ -41,18 +46,48 @@ class JournalFollower:
         self._tail = Tail(config, config.topic("journal"), start)
         self.start_positions = dict(self._tail.start)
         self._codec, self._deliver = codec, deliver
+        #: next offset to hand on, per partition; written by the follower thread after
+        #: `deliver` has the records before it, under `_lock` with `_waiters`
+        self._read = dict(self._tail.start)
+        self._waiters: list[tuple[dict[int, int], Callable[[], None]]] = []
+        self._lock = threading.Lock()
+        # The journal's ends are asked of a consumer of their own: a watermark query on the
+        # tail's consumer waits while the follower thread polls it (seen: for its whole timeout).
+        self._ends = PartitionReader(config, config.topic("journal"))
+        self._ends_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="journal-follower", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
+    def when_read(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once everything the journal holds now has been handed to `deliver`
+        (whatever its kind: a record that forwards nothing still counts as read). It runs in
+        this thread if that is already so, else in the follower's, right after the `deliver`
+        call that completed it: so whatever `deliver` schedules on an event loop runs before
+        what `callback` schedules there. Blocks for a watermark query; JournalUnavailable if
+        Kafka does not answer it in time."""
+        with self._ends_lock:
+            ends = {part: self._ends.watermarks(part)[1] for part in self._tail.start}
+        with self._lock:
+            if self._behind(ends):
+                self._waiters.append((ends, callback))
+                return
+        callback()
+
+    def _behind(self, ends: dict[int, int]) -> bool:
+        read = self._read
+        return any(read.get(part, 0) < end for part, end in ends.items())
+
     def _run(self) -> None:
         while not self._stop.is_set():
             batch: list[JournalEntry] = []
             recent = self._recent
+            reached: dict[int, int] = {}
             for rec in self._tail.poll(1000, 0.1):
                 part, offset = rec.position
+                reached[part] = offset + 1
                 if rec.value is None:
                     if recent is not None:
                         recent.add(part, offset, None)
@@ -75,9 +110,26 @@ class JournalFollower:
                     self._deliver(batch)
                 except RuntimeError:  # the event loop is gone: we are shutting down
                     return
+            if reached:
+                self._advance(reached)
+
+    def _advance(self, reached: dict[int, int]) -> None:
+        with self._lock:
+            self._read.update(reached)
+            if not self._waiters:
+                return
+            due = [cb for ends, cb in self._waiters if not self._behind(ends)]
+            self._waiters = [w for w in self._waiters if self._behind(w[0])]
+        for callback in due:
+            try:
+                callback()
+            except Exception:  # a waiter's failure must not stop forwarding
+                log.exception("journal follower: a when_read callback failed")
 
     def stop(self) -> None:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
         self._tail.close()
+        with self._ends_lock:
+            self._ends.close()
