@@ -22,8 +22,10 @@ pytestmark = pytest.mark.kafka
 class _Gated:
     """A `deliver` that blocks until let through, and a log of what happened in which order."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, shut: bool = True) -> None:
         self.gate = threading.Event()
+        if not shut:
+            self.gate.set()
         self.log: list[str] = []
         self.entered = threading.Event()
 
@@ -44,6 +46,12 @@ def _follower(core: BrokerCore, sink: _Gated) -> Iterator[JournalFollower]:
     finally:
         sink.gate.set()
         follower.stop()
+
+
+def _read_all(follower: JournalFollower) -> None:
+    called = threading.Event()
+    follower.when_read(called.set)
+    assert called.wait(30), "the follower never read what the journal held"
 
 
 def _publish(core: BrokerCore, n: int) -> None:
@@ -71,13 +79,8 @@ def test_the_callback_waits_for_deliver_and_comes_after_it(core: BrokerCore) -> 
 
 def test_caught_up_calls_back_at_once_in_the_callers_thread(core: BrokerCore) -> None:
     _publish(core, 2)
-    sink = _Gated()
-    sink.gate.set()
-    with _follower(core, sink) as follower:
-        # wait until it has read both, through when_read itself, then ask again
-        first = threading.Event()
-        follower.when_read(first.set)
-        assert first.wait(30)
+    with _follower(core, _Gated(shut=False)) as follower:
+        _read_all(follower)  # through when_read itself; then ask again
         threads: list[threading.Thread] = []
         follower.when_read(lambda: threads.append(threading.current_thread()))
         assert threads == [threading.current_thread()]
@@ -90,10 +93,7 @@ def test_a_record_that_forwards_nothing_still_counts_as_read(core: BrokerCore) -
     producer = Producer({"bootstrap.servers": core.config.bootstrap})
     producer.produce(core.config.topic("journal"), b"not avro", key=b"fred@example.com")
     assert producer.flush(30) == 0
-    sink = _Gated()
-    sink.gate.set()
+    sink = _Gated(shut=False)
     with _follower(core, sink) as follower:
-        called = threading.Event()
-        follower.when_read(called.set)
-        assert called.wait(30)
+        _read_all(follower)
         assert sink.log == ["deliver 1"]
