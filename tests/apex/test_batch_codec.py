@@ -238,7 +238,7 @@ def test_the_fanouts_item_equals_the_one_built_whole(
         refill: bool, snapshot: bool, content: bytes, content_type: str, links: int) -> None:
     # The fan-out makes a message's stamp part and content part once and reuses them for
     # every link it goes to: each link's item must be what the whole-item functions write.
-    from adapters.apex._sequenced import _batch_data_item
+    from adapters.apex._deliveries import _batch_data_item
     from broker.kafka_io import Position
     from broker.records import JournalEntry, RecordKind
     from broker.robust.links import LinkKind, LinkRecord
@@ -260,7 +260,7 @@ def test_the_fanouts_item_equals_the_one_built_whole(
 
 def test_a_stale_slot_under_a_reused_id_is_not_taken() -> None:
     # The parts are found by id(entry); once an entry is gone its id may name a new one.
-    from adapters.apex import _sequenced
+    from adapters.apex import _deliveries as _sequenced
     from broker.kafka_io import Position
     from broker.records import JournalEntry, RecordKind
     from broker.robust.links import LinkKind, LinkRecord

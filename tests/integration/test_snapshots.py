@@ -190,7 +190,7 @@ async def _requests(config: KafkaConfig) -> None:
         fred_events = fred.events()
         await _publish(pub, feed, 1, len(feed))
         # A message barney may not see (the permission hook, filled in elsewhere, decides).
-        app.handler.sequenced.entitled = (  # type: ignore[union-attr,method-assign]
+        app.service.entitled = (  # type: ignore[method-assign]
             lambda entry, who: entry.permission_token != "secret" or who != "barney@example.com")
         await pub.publish(TOPIC, b"<secret />", publish_type="image", message_id="SECRET",
                           token="secret")
