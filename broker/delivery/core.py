@@ -266,9 +266,9 @@ class DeliveryCore:
                    if entry is not None]
         waiting += [entry for _, entry in self._gathered_targets if entry is not None]
         waiting += [entry for held in self._held.values() for _, entry in held]
-        for entry in waiting:
+        for entry in waiting:  # lowers a partition's mark, never makes one up
             part, offset = entry.position
-            if offset < mark.get(part, offset + 1):
+            if offset < mark.get(part, -1):
                 mark[part] = offset
         return mark
 
