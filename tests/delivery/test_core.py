@@ -135,6 +135,21 @@ class TestRepair:
         assert answer.error is None and (answer.epoch, answer.link_seq) == (1, 2)
         check_all(rig)
 
+    def test_the_catch_up_ends_where_forward_stood(self) -> None:
+        """A message journaled but not yet handed over when the repair began is not in the
+        catch-up: it comes live after it, once."""
+        rig = _rig()
+        rig.core.forward([rig.publish(T, "pub")])
+        rig.settle_all()
+        rig.core.repair(RepairJob("fred-l", 6, FRED, (("pub", 0),)))
+        unread = rig.publish(T, "pub")  # the follower has not reached it
+        rig.answer_reads()
+        rig.settle_all()
+        rig.core.forward([unread])
+        rig.settle_all()
+        assert [(ep, s) for ep, _, _, s in rig.data_on("fred-l")] == [(0, 1), (1, 1), (1, 2)]
+        check_all(rig)
+
     def test_without_the_followers_start_held_entries_the_catch_up_has_are_dropped(
             self) -> None:
         """When where the follower began is not known, the catch-up reads to the end of the

@@ -181,6 +181,6 @@ class DeliveryMachine(RuleBasedStateMachine):
                     assert (link, e.position) in settled, f"mark {mark} passed {e} on {link}"
 
 
-DeliveryMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40,
+DeliveryMachine.TestCase.settings = settings(max_examples=400, stateful_step_count=60,
                                              deadline=None)
 TestDeliveryMachine = DeliveryMachine.TestCase
