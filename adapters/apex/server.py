@@ -55,6 +55,7 @@ from adapters.beep import (
     CloseRequested,
     ErrorReplyReceived,
     GreetingReceived,
+    LocalProtocolError,
     MessageReceived,
     Profile,
     ProtocolViolation,
@@ -355,7 +356,7 @@ class ApexServer:
         elif isinstance(event, ChannelStartRequested):
             self._start(session, event)
         elif isinstance(event, CloseRequested):
-            self._close(session, event)
+            return self._close(session, event)
         elif isinstance(event, ErrorReplyReceived):
             log.info("delivery refused", channel=event.channel,
                      body=event.body[:200].decode("utf-8", "replace"))
@@ -365,6 +366,8 @@ class ApexServer:
         return False
 
     def _start(self, session: _Session, event: ChannelStartRequested) -> None:
+        if session.conn.is_over:
+            return  # ended later in the same read: no channel can open now
         with structlog.contextvars.bound_contextvars(channel=event.channel):
             offered = next(p for p in event.profiles if p.uri == APEX_PROFILE)
             if not offered.content:
@@ -466,14 +469,23 @@ class ApexServer:
         self._arm_holds()
 
     def _reply(self, session: _Session, event: MessageReceived, reply: Ok | Error) -> None:
-        if type(reply) is Ok and reply.trans_id is None:  # nearly every reply: known octets
-            session.conn.send_rpy(event.channel, event.msgno, _PLAIN_OK, BEEP_XML)
-            return
-        content_type, body = encode(reply)
-        if isinstance(reply, Error):
-            session.conn.send_err(event.channel, event.msgno, body, content_type)
-        else:
-            session.conn.send_rpy(event.channel, event.msgno, body, content_type)
+        try:
+            if type(reply) is Ok and reply.trans_id is None:  # nearly every reply: known octets
+                session.conn.send_rpy(event.channel, event.msgno, _PLAIN_OK, BEEP_XML)
+                return
+            content_type, body = encode(reply)
+            if isinstance(reply, Error):
+                session.conn.send_err(event.channel, event.msgno, body, content_type)
+            else:
+                session.conn.send_rpy(event.channel, event.msgno, body, content_type)
+        except LocalProtocolError:
+            if not session.conn.is_over:
+                raise  # a bug of ours, not the peer's doing
+            # The read that completed this MSG also ended the session: a poorly-formed frame
+            # after it (RFC 3080 §2.2.1.1, no reply) or a release. The MSG was well-formed and
+            # was handled, as it would have been had the bytes arrived in two reads; only its
+            # reply has nowhere to go. The session's end is logged once, not each such reply.
+            log.debug("reply dropped: the session has ended", msgno=event.msgno)
 
     def _deliver(self, deliveries: tuple[Delivery, ...] | list[Delivery]) -> None:
         for delivery in deliveries:
@@ -507,17 +519,22 @@ class ApexServer:
         for session in sessions.values():
             self._flush(session)
 
-    def _close(self, session: _Session, event: CloseRequested) -> None:
+    def _close(self, session: _Session, event: CloseRequested) -> bool:
+        """Accept the peer's close if we can; True once that released the session."""
         ref = ChannelRef(session.number, event.channel)
         try:
             session.conn.accept_close(event.channel)
         except ApexpsError as exc:
-            session.conn.decline_close(event.channel, 550, str(exc))
-            return
+            if not session.conn.is_over:  # else the session ended earlier in this read
+                session.conn.decline_close(event.channel, 550, str(exc))
+            return False
         if event.channel:
             self.relay.channel_closed(ref)
             session.channels.discard(event.channel)
         log.info("close accepted", closed_channel=event.channel)
+        # RFC 3081 §2: the peer sending the ok "immediately issues the TCP CLOSE call"; the
+        # caller drops the session, whose transport closes once the ok is written.
+        return not event.channel
 
     def _flush(self, session: _Session) -> None:
         conn, transport = session.conn, session.transport
