@@ -85,8 +85,8 @@ async def _apex_channel(port: int) -> tuple[BeepConnection, asyncio.StreamReader
     return conn, reader, writer, max(conn.channels)
 
 
-#: Each poorly-formed frame, given (channel, msgno, seqno) of the well-formed MSG before it and
-#: the seqno that follows it.
+#: Each poorly-formed frame, given the channel and msgno of the well-formed MSG before it and
+#: the seqno that follows it on that channel.
 BAD_FRAMES = {
     "bad header": lambda ch, msgno, next_seqno: b"MSG 1 two . 0 5\r\nhello\r\nEND\r\n",
     "wrong size": lambda ch, msgno, next_seqno:
@@ -97,34 +97,42 @@ BAD_FRAMES = {
 }
 
 
-async def _msg_then_bad_frame(kind: str) -> tuple[bytes, list[dict[str, object]]]:
-    """One write (so one read at the server): an attach MSG, then a poorly-formed frame.
+def _well_formed(conn: BeepConnection, channel: int, first: str) -> bytes:
+    if first == "apex msg":
+        conn.send_msg(channel, b"<attach endpoint='fred@example.com' transID='1' />",
+                      "application/beep+xml")
+    else:  # a `start` on channel zero, which the ended session can no longer accept
+        conn.start_channel(["http://iana.org/beep/APEX"])
+    return conn.data_to_send()
+
+
+async def _msg_then_bad_frame(first: str, kind: str) -> tuple[bytes, list[dict[str, object]]]:
+    """One write (so one read at the server): a well-formed MSG, then a poorly-formed frame.
     Returns what the server sent after that, up to its end-of-file, and its log."""
     with capture_logs() as logs:
         async with ApexServer(Relay("example.com")) as server:
             conn, reader, writer, channel = await _apex_channel(server.port)
-            msgno = conn.send_msg(channel, b"<attach endpoint='fred@example.com' transID='1' />",
-                                  "application/beep+xml")
-            good = conn.data_to_send()
-            header = re.match(rb"MSG \d+ \d+ \. (\d+) (\d+)\r\n", good)
+            good = _well_formed(conn, channel, first)
+            header = re.match(rb"MSG (\d+) (\d+) \. (\d+) (\d+)\r\n", good)
             assert header is not None
-            next_seqno = int(header[1]) + int(header[2])
-            writer.write(good + BAD_FRAMES[kind](channel, msgno, next_seqno))
+            ch, msgno, seqno, size = map(int, header.groups())
+            writer.write(good + BAD_FRAMES[kind](ch, msgno, seqno + size))
             after = await asyncio.wait_for(reader.read(), PROMPT)
             writer.close()
     return after, logs
 
 
 @pytest.mark.parametrize("kind", list(BAD_FRAMES))
+@pytest.mark.parametrize("first", ["apex msg", "start"])
 def test_a_bad_frame_after_a_msg_in_one_read_is_logged_as_a_violation_not_a_traceback(
-        kind: str, caplog: pytest.LogCaptureFixture) -> None:
+        first: str, kind: str, caplog: pytest.LogCaptureFixture) -> None:
     """A well-formed MSG and a poorly-formed frame in one read: the session ends without a
     reply (RFC 3080 §2.2.1.1), the server logs its one protocol-violation line, and nothing
     reaches the event loop's exception handler (which logs "Fatal error on transport" and a
     traceback: a remote peer could fill the log with them on demand)."""
     caplog.set_level(logging.DEBUG, logger="asyncio")
-    after, logs = asyncio.run(_msg_then_bad_frame(kind))
-    assert not re.search(rb"(RPY|ERR) \d+ 1 ", after)  # no reply to the MSG
+    after, logs = asyncio.run(_msg_then_bad_frame(first, kind))
+    assert not re.search(rb"(RPY|ERR) ", after)  # no reply to the MSG
     violations = [e for e in logs if e["event"] == "protocol violation"]
     assert len(violations) == 1 and violations[0]["terminate"] is True
     assert not [e for e in logs if "exc_info" in e or e["log_level"] in ("error", "critical")]
