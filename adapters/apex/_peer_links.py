@@ -92,8 +92,8 @@ class PeerLinks:
         self._links: dict[str, PeerLink] = {}
 
     def connect(self, domain: str, host: str, port: int, *,
-                     backoff: float = DEFAULT_PEER_BACKOFF,
-                     backoff_max: float = DEFAULT_PEER_BACKOFF_MAX) -> PeerLink:
+                backoff: float = DEFAULT_PEER_BACKOFF,
+                backoff_max: float = DEFAULT_PEER_BACKOFF_MAX) -> PeerLink:
         """Keep a link to the relay serving `domain` at `host:port` until `stop()`: bind to it
         as our domain and route `domain`'s data over it. Returns at once; see `PeerLink`."""
         domain = domain.lower()

@@ -37,6 +37,7 @@ from ._relay import Delivery, Relay
 
 __all__ = ["Watches"]
 
+# The server's log: these lines were its own before the timers moved here.
 log = structlog.get_logger("adapters.apex.server")
 
 #: (session number, channel, msgno) of a delivery whose reply is awaited
