@@ -34,7 +34,7 @@ from ._codec import Operation
 from ._relay import ChannelRef, Outcome
 
 if TYPE_CHECKING:
-    from .server import PeerLink
+    from ._peer_links import PeerLink
 
 __all__ = ["AwaitedReply", "ServerSession", "SessionHandler"]
 

@@ -375,7 +375,8 @@ class ApexClient:
     async def close(self) -> None:
         """Release the session (best effort) and close the transport."""
         with contextlib.suppress(ApexpsError, ConnectionError, TimeoutError):
-            self._conn.close_session()
+            # `number='0'` spelled out: beepcore-java refuses the implied form with 501.
+            self._conn.close_session(explicit_number=True)
             self._flush()
             await asyncio.wait_for(self._expect(SessionClosed), self.timeout)
         await self._abort()

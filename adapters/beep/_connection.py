@@ -166,6 +166,12 @@ class BeepConnection:
         return self._machine.state
 
     @property
+    def is_over(self) -> bool:
+        """The session is released or terminated: nothing more is sent or received. Events
+        of the read that ended it may still be in the application's hands."""
+        return self._machine.state in _TERMINAL
+
+    @property
     def channels(self) -> Mapping[int, str]:
         """Open channels (zero included) and the URI of each one's profile."""
         return MappingProxyType({n: c.profile for n, c in self._channels.items()})
@@ -448,12 +454,14 @@ class BeepConnection:
         self._channels[0].queue_greeting(FrameType.ERR, payload)
         self._flush(force=True)
 
-    def close_session(self, code: int = 200, text: str = "") -> None:
+    def close_session(self, code: int = 200, text: str = "", *,
+                      explicit_number: bool = False) -> None:
         """Ask the peer to release the session (RFC 3080 §2.4); expect `SessionClosed` or
-        `CloseRefused(0, ...)`."""
+        `CloseRefused(0, ...)`. `explicit_number` writes `number='0'`, which the DTD implies
+        and some peers (beepcore-java) nevertheless require."""
         if not self._channels[0].all_acknowledged():
             raise LocalProtocolError("wait for a reply to every channel-zero MSG first")
-        payload = _xml(Close(0, code, text))
+        payload = _xml(Close(0, code, text, explicit_number=explicit_number))
         self._machine.process(SessionInput.SEND_SESSION_CLOSE)
         msgno = self._channels[0].queue_msg(payload)
         self._requests[msgno] = _Request(_Kind.CLOSE, 0)

@@ -114,6 +114,10 @@ class Close:
     code: int = 200
     text: str = ""
     lang: str | None = None
+    #: Write `number='0'` for a session release too. The DTD defaults it and RFC 3080 §2.4's
+    #: example leaves it out (so by default we do), but beepcore-java answers the implied form
+    #: with 501 "bad channel number". Not part of what a close says, so not compared.
+    explicit_number: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,7 +290,8 @@ def serialize(message: ManagementMessage) -> bytes:
     elif isinstance(message, Profile):
         xml = _profile_xml(message, "")
     elif isinstance(message, Close):
-        number = f" number='{message.number}'" if message.number else ""
+        number = f" number='{message.number}'" \
+            if message.number or message.explicit_number else ""
         xml = _diagnostic("close", f"{number} code='{message.code}'{_lang(message.lang)}",
                           message.text)
     elif isinstance(message, Ok):

@@ -378,7 +378,7 @@ def test_reconnect_redoes_tls_and_sasl() -> None:
             proxy.cut()
             back = await events.next(Reconnected)
             assert back.attached == (Endpoint.parse("fred@example.com"),)
-            assert sum(1 for t in server._tunings.values() if t.identity == "fred") == 2
+            assert sum(1 for t in server._security.tunings.values() if t.identity == "fred") == 2
             await fred.send("fred@example.com", ["fred@example.com"], b"to myself")
             got = await asyncio.wait_for(anext(fred.receive()), TIMEOUT)
             assert got.content == b"to myself"

@@ -161,3 +161,18 @@ def test_simultaneous_close_of_one_channel(pair: ConnectionPair) -> None:
     assert ChannelClosed(1) in more_i and ChannelClosed(1) in more_l
     assert pair.initiator.channels == pair.listener.channels == {0: ""}
     assert pair.initiator.state is pair.listener.state is SessionState.OPEN
+
+
+@pytest.mark.parametrize("explicit", [False, True], ids=["implied", "explicit"])
+def test_session_release_names_channel_zero_on_request(pair: ConnectionPair,
+                                                       explicit: bool) -> None:
+    """`close_session(explicit_number=True)` writes `number='0'` (beepcore-java wants it); the
+    default keeps RFC 3080 §2.4's implied form, and the peer reads both as the same release."""
+    pair.initiator.close_session(explicit_number=explicit)
+    sent = pair.initiator.data_to_send()
+    assert (b"<close number='0' code='200' />" in sent) is explicit
+    assert (b"<close code='200' />" in sent) is not explicit
+    assert pair.listener.receive_data(sent) == [CloseRequested(0, 200, "")]
+    pair.listener.accept_close(0)
+    pair.pump()
+    assert pair.initiator.state is pair.listener.state is SessionState.CLOSED
