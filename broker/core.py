@@ -51,7 +51,7 @@ class BrokerCore:
         self._registries: tuple[Registry[Any], ...] = ()
 
     def kafka_topics(self) -> dict[str, tuple[int, dict[str, str]]]:
-        """Every Kafka topic apexps owns, with partitions and configs (see DESIGN's layout)."""
+        """Every Kafka topic apexps owns, with partitions and configs (docs/architecture.md)."""
         c = self.config
         return {
             c.topic("journal"): (c.journal_partitions, {
@@ -114,7 +114,7 @@ class BrokerCore:
             self._producer.close()
             self._producer = None
 
-    # The pubsub service (issue 4) will own the operations; these keep the registries honest.
+    # The pubsub service owns the operations; these keep the registries honest.
 
     def create_topic(self, name: str, *, owner: str | None = None,
                      description: str | None = None) -> Topic:

@@ -11,7 +11,7 @@ arrived together (the pubsub service's event-loop tick), under one lock and one 
 back once per batch. Each record in flight is one small `Delivery` object that librdkafka calls
 directly: the cost of an append is Python time under the GIL, on the caller's thread and on the
 poll thread alike, and with tens of thousands of records in flight every extra container
-object is also garbage-collector time (see the README's benchmark notes).
+object is also garbage-collector time.
 
 A record that fails (a delivery error, or one Kafka refuses outright inside a batch) has
 already used its seq: a GAP record explains it, and the caller gets the error.
@@ -42,7 +42,7 @@ record carries the publisher seq, so the recovery scan of the tail rebuilds both
 publication to append at all is decided above the journal (`broker.pubseq`).
 
 Known limit: a dead process's last produce request could, in theory, land after recovery scanned
-the tail; a transactional producer per source owner would fence it. See the issue notes.
+the tail; a transactional producer per source owner would fence it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Chaos acceptance run for robust delivery (issue 6): publishers, subscribers, dropped
-connections and kill -9 of the broker, then an exactly-once audit against the journal.
+"""Chaos acceptance run for robust delivery (docs/robust-subscribing.md): publishers,
+subscribers, dropped connections and kill -9 of the broker, then an exactly-once audit against
+the journal.
 
 Run: `.venv/bin/python -m ops.chaos_robust [--bootstrap H:P] [--messages 20000]
 [--drops-every 2.0] [--kills 2] [--seed N] [--rate 400]` (without --bootstrap a throwaway

@@ -5,7 +5,7 @@ subscribe, cancel; the service answers with reply or topiclist, and may send can
 Parsed with the one hardened parser (`broker.xml_safe`): XML that does not parse is 500, XML that
 does not fit the DTD is 501, a bad endpoint is 553.
 
-Where the DTD and the prose disagree (specs/draft-schwartz-apex-pubsub-NOTES.md) apexps reads:
+Where the DTD and the prose disagree (docs/pubsub-service.md) apexps reads:
 - `topic` elements carry a `name` attribute (the evident intent of the malformed ATTLIST);
 - `cancel` takes an optional `subscriber` (the prose's subject; default: the originator);
 - `listtopics` and `topiclist` take an optional `transID` (the prose says the reply has one);

@@ -1,12 +1,12 @@
-"""`apexps access list|allow|deny|grant-token|deny-token|remove|load|check|check-token`: the
-access entries of the apex=pubsub service and its permission-token grants and denies, managed
-in Kafka while brokers run.
+"""Manage the access entries of the apex=pubsub service (who may use which operation on which
+topic) and its permission-token grants and denies (who receives which tagged messages), in
+Kafka, while brokers run. docs/access-control.md is the guide.
 
 The commands read and write the compacted access topic (`NAMESPACE.access`) directly. A running
 broker follows that topic and applies changes within about a second; nothing needs restarting.
 Entries made here get ids `cli:ID`; `load` manages the `file:` entries; the broker itself keeps
 the `subscriber:` grants of the "only subscribers may publish" policy (broker/access.py has
-the whole story, the file format included).
+the matching rules and the file format).
 
 Kafka: `--bootstrap HOST:PORT` names any cluster; without it, the local Kafka that `apexps up`
 or `apexps kafka start` runs from `--data-dir` is used. `--namespace` must match the broker's.
@@ -235,9 +235,9 @@ def _check_token(args: argparse.Namespace) -> int:
 def _kafka_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bootstrap", metavar="HOST:PORT[,HOST:PORT…]",
                    help="Kafka bootstrap servers (default: the local Kafka of --data-dir)")
-    p.add_argument("--namespace", default="apexps",
+    p.add_argument("--namespace", default="apexps", metavar="NS",
                    help="prefix of the broker's Kafka topics (default: %(default)s)")
-    p.add_argument("--data-dir", default=str(default_data_dir()),
+    p.add_argument("--data-dir", default=str(default_data_dir()), metavar="DIR",
                    help="where `apexps up` keeps the local Kafka (default: %(default)s)")
 
 
@@ -310,7 +310,7 @@ def register(sub: Any) -> None:
     rm = asub.add_parser("remove", help="delete an access entry by id",
                          description="Delete the entry with this id (ID alone also finds "
                                      "cli:ID). Exit 1 if there is none.")
-    rm.add_argument("id", metavar="ID")
+    rm.add_argument("id", metavar="ID", help="the entry's id, as `apexps access list` shows it")
     rm.set_defaults(func=_remove)
     parsers.append(rm)
 
@@ -323,7 +323,7 @@ def register(sub: Any) -> None:
         epilog="format: <access domain='example.com'><allow id='locals' "
                "originator='*@example.com' tokens='pubsub:all core:data'/><grant-token "
                "id='desks' subscriber='*@example.com' tokens='6000-6999,7*'/>…</access>")
-    ld.add_argument("file", metavar="FILE", type=Path)
+    ld.add_argument("file", metavar="FILE", type=Path, help="the access file (XML)")
     ld.add_argument("--domain", help="refuse FILE if its domain attribute names another one")
     ld.set_defaults(func=_load)
     parsers.append(ld)

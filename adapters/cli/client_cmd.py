@@ -120,7 +120,7 @@ def register(sub: Any) -> None:
     _common(send)
     send.add_argument("--to", action="append", required=True, metavar="ENDPOINT",
                       help="a recipient (repeat for several)")
-    send.add_argument("--content-type", default="application/octet-stream",
+    send.add_argument("--content-type", default="application/octet-stream", metavar="TYPE",
                       help="media type of the content (default: %(default)s)")
     send.add_argument("file", nargs="?", default="-", metavar="FILE|-",
                       help="what to send (default: stdin)")
@@ -129,7 +129,7 @@ def register(sub: Any) -> None:
                             description="Attach to an APEX relay and print one JSON line per"
                                         " data received, until Ctrl-C.")
     _common(listen)
-    listen.add_argument("--count", type=int, default=0,
+    listen.add_argument("--count", type=int, default=0, metavar="N",
                         help="exit after this many data (default: run until Ctrl-C)")
     add_reconnect_option(listen)
     listen.set_defaults(func=lambda args: event_loop.run(_listen(args)))

@@ -52,14 +52,14 @@ def register(sub: Any) -> None:
     )
     ksub = p.add_subparsers(dest="kafka_command", metavar="ACTION", required=True)
     for name, func, text in (
-        ("start", _start, "start it in the background and print its bootstrap address"),
-        ("stop", _stop, "stop it cleanly (SIGTERM, then SIGKILL after 60 s)"),
-        ("status", _status, "say whether it runs and where (exit 3 if it does not)"),
+        ("start", _start, "start the local Kafka in the background and print its address"),
+        ("stop", _stop, "stop the local Kafka cleanly (SIGTERM, then SIGKILL after 60 s)"),
+        ("status", _status, "say whether the local Kafka runs and where (exit 3 if not)"),
     ):
-        sp = ksub.add_parser(name, help=text, description=text)
-        sp.add_argument("--data-dir", default=str(default_data_dir()),
+        sp = ksub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+        sp.add_argument("--data-dir", default=str(default_data_dir()), metavar="DIR",
                         help="where Kafka keeps its data and logs (default: %(default)s)")
-        sp.add_argument("--port", type=int, default=None,
+        sp.add_argument("--port", type=int, default=None, metavar="PORT",
                         help="listener port on 127.0.0.1 (default: the last one used, else free)")
         if name == "status":
             sp.add_argument("--json", action="store_true", help="print one JSON object")

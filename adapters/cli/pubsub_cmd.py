@@ -339,7 +339,7 @@ def register(sub: Any) -> None:
     pub.add_argument("--lines", action="store_true",
                      help="one message per input line (without its line end); progress every"
                           f" {PROGRESS_EVERY_S:g} s on stderr")
-    pub.add_argument("--content-type", default="application/octet-stream",
+    pub.add_argument("--content-type", default="application/octet-stream", metavar="TYPE",
                      help="media type of each message (default: %(default)s)")
     pub.add_argument("--type", default="update", choices=PUBLISH_TYPES,
                      help="the publish type of every message (XEP-0040; default: %(default)s)")
@@ -361,9 +361,9 @@ def register(sub: Any) -> None:
         description=_SUBSCRIBE_HELP)
     subs.add_argument("--topic", required=True, action="append",
                       help="a topic (repeat for several)")
-    subs.add_argument("--duration", type=int, default=3600,
+    subs.add_argument("--duration", type=int, default=3600, metavar="SECONDS",
                       help="seconds the subscription lasts (default: %(default)s)")
-    subs.add_argument("--count", type=int, default=0,
+    subs.add_argument("--count", type=int, default=0, metavar="N",
                       help="exit after this many messages (default: run until ended)")
     robust = subs.add_argument_group(
         "robust delivery", "any of these turns it on; it implies --reconnect")

@@ -149,9 +149,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="redistribute DOMAIN's TOPIC here: subscribe to it there as"
                         " apex=pubsub/TOPIC@--domain and forward its data to our own"
                         " subscribers of TOPIC (needs a --peer link to DOMAIN; repeatable)")
-    p.add_argument("--namespace", default="apexps",
+    p.add_argument("--namespace", default="apexps", metavar="NS",
                    help="prefix of the Kafka topics apexps owns (default: %(default)s)")
-    p.add_argument("--journal-partitions", type=int, default=3,
+    p.add_argument("--journal-partitions", type=int, default=3, metavar="N",
                    help="partitions of a new journal topic (default: %(default)s)")
     p.add_argument("--heartbeat-ms", type=_positive, default=RobustConfig().heartbeat_ms,
                    metavar="MS",
@@ -168,7 +168,7 @@ def register(sub: Any) -> None:
         description="Provision (first run: fetch jars from Maven Central) and start a local "
                     "single-node Kafka, then run the broker on it until Ctrl-C.",
     )
-    up.add_argument("--data-dir", default=str(default_data_dir()),
+    up.add_argument("--data-dir", default=str(default_data_dir()), metavar="DIR",
                     help="where Kafka and the broker keep their state (default: %(default)s)")
     _common(up)
     up.set_defaults(func=_up)

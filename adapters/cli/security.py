@@ -179,6 +179,6 @@ def register(sub: Any) -> None:
                                                   " NAME@DOMAIN, or NAME itself if it has '@')")
     add.add_argument("--file", default="users", metavar="FILE",
                      help="the users file (default: ./%(default)s)")
-    add.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS,
+    add.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS, metavar="N",
                      help="PBKDF2 iterations (default: %(default)s; at least 4096)")
     add.set_defaults(func=_users_add)

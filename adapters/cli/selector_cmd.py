@@ -1,4 +1,4 @@
-"""`apexps selector check`: compile a selector offline and try it on XML files.
+"""Compile a selector offline and try it on XML files (`apexps selector check`).
 
     apexps selector check --class JMS "symbol = 'XMPL' AND net-change-pct > 5" quote.xml
     quote.xml: match
@@ -23,7 +23,8 @@ EXIT_OK, EXIT_USAGE = 0, 2
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("selector", help="check message selectors offline")
+    parser = subparsers.add_parser("selector", help="check message selectors offline",
+                               description="Check message selectors offline, without a broker.")
     sub = parser.add_subparsers(dest="selector_command", metavar="SUBCOMMAND", required=True)
     check = sub.add_parser(
         "check",

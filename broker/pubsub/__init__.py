@@ -1,4 +1,4 @@
-"""The apex=pubsub service: topics, subscriptions and forwarding over the journal (issue 4)."""
+"""The apex=pubsub service: topics, subscriptions and forwarding over the journal."""
 
 from __future__ import annotations
 

@@ -18,8 +18,8 @@ idempotent, acks=all, linger 2 ms, lz4), and produces the very bytes the journal
 these publications (a 512-byte content in a journal record, about 590 bytes), with the same
 keys to the same partitions. Latency is enqueue -> delivery report, i.e. until the record is
 durable. "CPU us/rec" is this process's CPU time (every thread, librdkafka's included) per
-record: on a shared machine it moves less than the rates do. The target (issue 2) is journal
-throughput >= 0.5x raw.
+record: on a shared machine it moves less than the rates do. The target (docs/performance.md) is
+journal throughput >= 0.5x raw.
 """
 
 from __future__ import annotations

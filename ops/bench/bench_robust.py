@@ -3,8 +3,8 @@
 Run: `.venv/bin/python -m ops.bench.bench_robust [--bootstrap HOST:PORT] [--seconds 10]`
 (without --bootstrap a throwaway local Kafka is started).
 
-Three measurements, each against real Kafka and the real BEEP wire (issue 6's performance
-section):
+Three measurements, each against real Kafka and the real BEEP wire (docs/performance.md has
+the targets and the latest figures):
 
 1. Sequencing overhead. The broker runs in its own process twice, once on the plain topic path
    (`BrokerApp(sequenced=False)`) and once sequenced (link seqs, link log in Kafka), with the same

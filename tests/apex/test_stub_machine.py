@@ -1,6 +1,6 @@
 """The subscriber stub against a model broker over a hostile channel (hypothesis.stateful):
 whatever is lost, duplicated, reordered, reset, forgotten or wrapped, the application sees every
-message exactly once, in per-source order (DESIGN invariants 3-6)."""
+message exactly once, in per-source order (docs/robust-binding.md §1)."""
 
 from __future__ import annotations
 

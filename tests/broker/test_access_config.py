@@ -10,7 +10,7 @@ from broker.errors import ConfigError
 from broker.records import AccessEffect
 
 GOOD = b"""<?xml version='1.0'?>
-<!-- the README's example -->
+<!-- the example in docs/access-control.md, without its token entries -->
 <access domain='example.com'>
   <allow id='locals' originator='*@example.com' tokens='pubsub:all core:data' />
   <allow id='anyone-subscribes-jazz' originator='*@*' tokens='pubsub:subscribe'

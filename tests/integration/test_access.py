@@ -18,7 +18,7 @@ from broker.records import AccessEffect, AccessEntry, now_ms
 pytestmark = pytest.mark.kafka
 
 JAZZ = "music.jazz.milesdavis"
-README_FILE = """<access domain='example.com'>
+GUIDE_FILE = """<access domain='example.com'>
   <allow id='locals' originator='*@example.com' tokens='pubsub:all core:data' />
   <allow id='anyone-subscribes-jazz' originator='*@*' tokens='pubsub:subscribe'
          topic='music.jazz.milesdavis' />
@@ -157,7 +157,7 @@ def test_malformed_file_changes_nothing(core: BrokerCore, tmp_path: Path, text: 
     leaves both the entries and the Kafka topic untouched."""
     control = AccessControl(core.access)
     good = tmp_path / "good.xml"
-    good.write_text(README_FILE)
+    good.write_text(GUIDE_FILE)
     control.load_file(good)
     before, mark = control.entries(), access_watermark(core)
     bad = tmp_path / "bad.xml"
@@ -177,12 +177,12 @@ def test_missing_file_is_a_config_error(core: BrokerCore, tmp_path: Path) -> Non
 
 def test_mr_slate_stays_out_even_when_subscribed(core: BrokerCore, other: BrokerCore,
                                                  tmp_path: Path) -> None:
-    """The README file plus "only subscribers may publish": barney (outside the domain)
+    """The access guide's file plus "only subscribers may publish": barney (outside the domain)
     publishes once subscribed and not after cancel; mr.slate never, subscribed or not; a
     second broker that refreshes agrees."""
     control = AccessControl(core.access)
     path = tmp_path / "access.xml"
-    path.write_text(README_FILE)
+    path.write_text(GUIDE_FILE)
     control.load_file(path, domain="example.com")
     assert control.allowed("barney@rubble.com", Token.SUBSCRIBE, JAZZ)
     assert not control.allowed("barney@rubble.com", Token.DATA, JAZZ)

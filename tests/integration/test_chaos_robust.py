@@ -1,5 +1,5 @@
-"""Issue 6's acceptance run (ops/chaos_robust.py) against the suite's Kafka: three publishers,
-three subscribers behind fault-injecting proxies, two kill -9s of the broker, and an
+"""The robust-delivery acceptance run (ops/chaos_robust.py) against the suite's Kafka: three
+publishers, three subscribers behind fault-injecting proxies, two kill -9s of the broker, and an
 exactly-once audit of every subscriber's output against the journal.
 
 It runs the full 20,000 messages: at the harness's default 400 lines/s that is about 55 s of
