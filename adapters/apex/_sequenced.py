@@ -122,6 +122,8 @@ class SequencedFanout:
         self._marks = marks
         self._tasks: list[asyncio.Task[None]] = []
         self._when_read: Callable[[Callable[[], None]], None] | None = None
+        #: link -> (link seq, future) of those awaiting `sent_through`
+        self._sent_waiters: dict[str, list[tuple[int, asyncio.Future[None]]]] = {}
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -188,8 +190,33 @@ class SequencedFanout:
     def _act(self, action: Action) -> None:
         if isinstance(action, Send):
             self.render.render(action)
+            if self._sent_waiters:
+                self._wake_sent(action)
         else:
             self._answer_repair(action)
+
+    async def sent_through(self, link: str, link_seq: int) -> None:
+        """Until `link` has been sent link seq `link_seq` or a later one of its epoch (so the
+        link log holds it): what an operator or a test awaits instead of polling Kafka."""
+        head = self.links.last(link)
+        if head is not None and head.link_seq >= link_seq:
+            return
+        done: asyncio.Future[None] = self._loop.create_future()
+        self._sent_waiters.setdefault(link, []).append((link_seq, done))
+        await done
+
+    def _wake_sent(self, action: Send) -> None:
+        for item in action.items:
+            waiters = self._sent_waiters.get(item.record.link)
+            if not waiters:
+                continue
+            seq = item.record.link_seq
+            for want, done in [w for w in waiters if w[0] <= seq]:
+                waiters.remove((want, done))
+                if not done.done():
+                    done.set_result(None)
+            if not waiters:
+                del self._sent_waiters[item.record.link]
 
     def _answer_repair(self, answer: RepairAnswer) -> None:
         job = answer.job

@@ -55,11 +55,8 @@ async def _mark(config: KafkaConfig) -> None:
 
     async with BrokerApp(config, robust=QUIET) as app:
         # the new broker puts them on the link while jade is away (the link log shows it)
-        for _ in range(1500):
-            head = app.core.links.last(LINK)
-            if head is not None and head.link_seq >= 8:
-                break
-            await asyncio.sleep(0.02)  # the link log has no change notification to await
+        assert app.handler.sequenced is not None
+        await asyncio.wait_for(app.handler.sequenced.sent_through(LINK, 8), 30)
         jade = await PubsubClient.connect("127.0.0.1", app.port, "jade@example.com")
         await jade.gap(LINK, 4)  # a subscriber that comes back asks for what it missed
         after = await deliveries(jade, 5)

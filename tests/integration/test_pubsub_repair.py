@@ -135,12 +135,8 @@ def last_seqs(stamps: list[Stamp]) -> dict[str, int]:
 
 async def _link_at(app: BrokerApp, link_seq: int) -> None:
     """Wait until the link log holds link seq `link_seq` of the link durably."""
-    for _ in range(500):
-        head = app.core.links.last(LINK)
-        if head is not None and head.link_seq >= link_seq:
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"link {LINK} never reached link seq {link_seq}")
+    assert app.handler.sequenced is not None
+    await asyncio.wait_for(app.handler.sequenced.sent_through(LINK, link_seq), 10)
 
 
 async def _setup(app: BrokerApp, *, take_reset: bool = True,

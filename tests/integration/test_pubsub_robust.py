@@ -95,11 +95,8 @@ async def _away_and_back(config: KafkaConfig) -> None:
         for k in range(3, 8):
             await pub.publish("q.away", f"a{k}".encode())
         # wait until the link log holds all 8 (the fan-out of the last publish is durable)
-        for _ in range(300):
-            head = app.core.links.last("fred-desk")
-            if head is not None and head.link_seq == 8:
-                break
-            await asyncio.sleep(0.02)
+        assert app.handler.sequenced is not None
+        await asyncio.wait_for(app.handler.sequenced.sent_through("fred-desk", 8), 6)
         fred = await PubsubClient.connect("127.0.0.1", app.port, "fred@example.com")
         last = before[-1].stamp
         assert last is not None and last.link_seq == 3
@@ -193,11 +190,8 @@ async def _heartbeats(config: KafkaConfig) -> None:
         assert beat.stamp.link_seq == 2
         # fred is away while the link stays idle: only heartbeats advance it
         await fred.close()
-        for _ in range(500):
-            head = app.core.links.last("fred-idle")
-            if head is not None and head.link_seq >= 5:
-                break
-            await asyncio.sleep(0.02)
+        assert app.handler.sequenced is not None
+        await asyncio.wait_for(app.handler.sequenced.sent_through("fred-idle", 5), 10)
         fred = await PubsubClient.connect("127.0.0.1", app.port, "fred@example.com",
                                           link_events=True)
         events = fred.events()
