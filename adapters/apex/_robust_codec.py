@@ -86,9 +86,7 @@ __all__ = [
     "find_stamp",
     "publish_option",
     "stamp_element",
-    "stamp_fields",
     "stamp_option",
-    "unchecked_stamp",
     "varied_stamp",
 ]
 
@@ -573,12 +571,6 @@ def stamp_element(root: etree._Element) -> Stamp:
 
 #: What differs from one data stamp of a link to the next; StampReader checks only these.
 _VARYING = ("linkseq", "sourceseq", "time", "messageid")
-_STAMP_FIELDS: tuple[str, ...] = Stamp.__slots__
-#: Where the fields that vary from one data stamp of a link to the next sit in `stamp_fields`.
-LINK_SEQ_AT, SOURCE_SEQ_AT, TIME_AT, MESSAGE_ID_AT = (
-    _STAMP_FIELDS.index(f) for f in ("link_seq", "source_seq", "time", "message_id"))
-#: The slots' own setters: they write a frozen dataclass's fields without its __setattr__.
-_SETTERS = [getattr(Stamp, name).__set__ for name in _STAMP_FIELDS]
 #: Distinct attribute combinations one StampReader remembers (hostile input cannot grow it).
 _KNOWN_LIMIT = 256
 
@@ -605,7 +597,7 @@ class _Layout:
         self.fixed: Callable[[list[str]], object] | None = (
             operator.itemgetter(*rest) if rest else None)
         self.varying = tuple(where.get(name) for name in _VARYING)
-        self.known: dict[object, list[object]] = {}
+        self.known: dict[object, Stamp] = {}
 
 
 class StampReader:
@@ -639,52 +631,34 @@ class StampReader:
                     for other in self._layouts.values():
                         other.known.clear()
                     self._remembered = 0
-                layout.known[key] = stamp_fields(stamp)
+                layout.known[key] = stamp
                 self._remembered += 1
             return stamp
         # A data stamp with these very attributes passed every check: the varying ones get
         # the same checks Stamp's constructor and stamp_element would give them.
-        fields = proto.copy()
         link_seq = values[at_link_seq]
         seq = _plain(link_seq, 1, MAX_LINK_SEQ)
         if seq is None:
             seq = _link_seq(link_seq, "linkseq")  # which says what is wrong
             if seq == 0:
                 raise _bad("link seq 0 is a reset; data starts at 1")
-        fields[LINK_SEQ_AT] = seq
         source_seq = values[at_source_seq]
-        fields[SOURCE_SEQ_AT] = _plain(source_seq, 1, MAX_LONG) \
-            or _number(source_seq, "sourceseq", 1)
+        number = _plain(source_seq, 1, MAX_LONG) or _number(source_seq, "sourceseq", 1)
+        at: int | None = None
         if at_time is not None:
             time = values[at_time]
             at = _plain(time, 0, MAX_LONG)
-            fields[TIME_AT] = _number(time, "time") if at is None else at
-        else:
-            fields[TIME_AT] = None
+            if at is None:
+                at = _number(time, "time")
         message_id = None if at_message_id is None else values[at_message_id]
         if message_id is not None:
             _check_text(message_id, "a message-id", MAX_MESSAGE_ID_LEN)
-        fields[MESSAGE_ID_AT] = message_id
-        return unchecked_stamp(fields)
-
-
-def unchecked_stamp(fields: list[object]) -> Stamp:
-    """The stamp of `fields` (its slots' values, in order) without a check: for readers that
-    copy the fields of a stamp checked before and check the ones they change themselves."""
-    stamp = object.__new__(Stamp)
-    for setter, value in zip(_SETTERS, fields, strict=True):
-        setter(stamp, value)
-    return stamp
-
-
-def stamp_fields(stamp: Stamp) -> list[object]:
-    """`stamp`'s slots' values, in order (what `unchecked_stamp` takes)."""
-    return [getattr(stamp, name) for name in _STAMP_FIELDS]
+        return varied_stamp(proto, seq, number, at, message_id)
 
 
 _SET_ORDER = ("link", "link_seq", "kind", "epoch", "source", "source_seq", "publish_type",
               "topic", "token", "message_id", "time", "refill", "repair", "snapshot")
-assert _SET_ORDER == _STAMP_FIELDS, "a new Stamp field needs its setter in varied_stamp"
+assert Stamp.__slots__ == _SET_ORDER, "a new Stamp field needs its setter in varied_stamp"
 (_set_link, _set_link_seq, _set_kind, _set_epoch, _set_source, _set_source_seq, _set_type,
  _set_topic, _set_token, _set_message_id, _set_time, _set_refill, _set_repair,
  _set_snapshot) = (getattr(Stamp, name).__set__ for name in _SET_ORDER)
@@ -694,8 +668,9 @@ def varied_stamp(proto: Stamp, link_seq: int, source_seq: int | None, time: int 
                  message_id: str | None) -> Stamp:
     """`proto` with the fields that vary from one data stamp of a link to the next replaced,
     without a check: for readers that checked `proto` whole and check these themselves.
-    Spelled out setter by setter: a batch reader makes one per item, and the loop of
-    `unchecked_stamp` costs half as much again."""
+    Spelled out setter by setter: a batch reader makes one per item, and a loop over the
+    slots costs half as much again. With `Stamp(...)` (which checks everything) this is the
+    one way a `Stamp` is made."""
     stamp = _new_object(Stamp)
     _set_link(stamp, proto.link)
     _set_link_seq(stamp, link_seq)
