@@ -36,9 +36,9 @@ and never raises. The C checks the layout:
 
 What only the general path's own functions can judge is checked here, in Python: the link,
 source (normalised by `Endpoint.parse` as there), publish type, topic and token, once per
-combination (a data `Stamp` built by its checking constructor, then remembered in `_known`, as
-`StampReader` does); any failure declines. Each item's stamp is that checked one with its
-numbers put in (`varied_stamp`).
+combination (a data `Stamp` built by its checking constructor, then remembered in `_known`);
+any failure declines. Each item's stamp is that checked one with its numbers put in
+(`varied_stamp`).
 
 What the C leaves undecided (it returns True: a heartbeat item, base64 that is not canonical,
 arguments of unexpected types) is declined too, so the general path decides it. The layout
