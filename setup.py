@@ -2,8 +2,9 @@
 
 Everything else is in pyproject.toml. Each extension here is `optional`: where no C compiler is
 at hand (the slim Docker image) the build goes on without it and the pure-Python code it
-mirrors runs instead, with the same results, only slower. Property tests hold each twin to its
-Python original on arbitrary input (tests/beep/test_fast_paths.py,
+shortcuts (the general path, which defines the format) runs instead, with the same results,
+only slower. Property tests hold each twin to that code, or to a test oracle of its layout, on
+arbitrary input (tests/beep/test_fast_paths.py,
 tests/apex/test_canonical_speedups.py, tests/apex/test_batch_speedups.py,
 tests/broker/test_link_writer.py); tests/test_speedups.py checks that the build made them. Keep
 this list and `broker.speedups.ACCELERATORS` the same.

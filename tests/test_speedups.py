@@ -1,8 +1,9 @@
 """The compiled accelerators are built, and can be switched off.
 
-What each one computes is held to its pure-Python twin by the property tests of the code it
-speeds up (tests/beep/test_fast_paths.py, tests/apex/); this file checks only that the build
-provided them, since a build without a C compiler silently goes on without (setup.py).
+What each one computes is held to the pure-Python code it shortcuts (or a test oracle of its
+layout) by the property tests of that code (tests/beep/test_fast_paths.py, tests/apex/); this
+file checks only that the build provided them, since a build without a C compiler silently goes
+on without (setup.py).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def test_every_accelerator_is_built() -> None:
 
 def test_pure_python_switch_turns_every_accelerator_off() -> None:
     """APEXPS_PURE_PYTHON=1 turns every accelerator off, and each hot path that has a twin runs
-    its pure-Python version; without it, each runs its twin."""
+    its pure-Python general path; without it, each runs its twin."""
     active, pure = _probe(APEXPS_PURE_PYTHON="1")
     assert active == dict.fromkeys(speedups.ACCELERATORS, False)
     assert pure == [True] * 5

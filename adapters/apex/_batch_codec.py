@@ -41,9 +41,9 @@ from ._robust_codec import (
     Heartbeat,
     Stamp,
     StampKind,
-    StampReader,
     Withheld,
     document_element,
+    stamp_element,
 )
 
 __all__ = [
@@ -151,7 +151,7 @@ class BatchPacker:
 # --- decoding -------------------------------------------------------------------------------
 
 
-def _item(elem: etree._Element, link: str, stamps: StampReader) -> ItemFields:
+def _item(elem: etree._Element, link: str) -> ItemFields:
     if elem.tag != "item":
         raise _bad(f"<batch> holds <item>s, not <{str(elem.tag)[:40]}>")
     if elem.attrib:
@@ -163,7 +163,7 @@ def _item(elem: etree._Element, link: str, stamps: StampReader) -> ItemFields:
     if (elem.text and elem.text.strip()) or (seq.tail and seq.tail.strip()) \
             or (payload.tail and payload.tail.strip()):
         raise _bad("an <item> holds a <seq> and then its content, heartbeat or withheld")
-    stamp = stamps.read(seq)
+    stamp = stamp_element(seq)
     if stamp.link != link:
         raise _bad(f"an item of link {stamp.link!r} in the batch of link {link!r}")
     if stamp.kind is StampKind.DATA:
@@ -190,26 +190,24 @@ def _item(elem: etree._Element, link: str, stamps: StampReader) -> ItemFields:
     return stamp, b"", "application/octet-stream", document  # BatchItem's defaults
 
 
-def decode_batch(content: bytes, stamps: StampReader | None = None) -> Batch:
-    """The batch `content` holds (500/501/553 as the module docstring says). `stamps`: the
-    reader that has seen this client's earlier batches (it reads the next ones faster).
+def decode_batch(content: bytes) -> Batch:
+    """The batch `content` holds (500/501/553 as the module docstring says).
 
-    A batch in the layout the broker writes is read by `_batch_fast.match_batch`, without
-    lxml, to the result this function's general path gives; anything else goes that way."""
-    link, items = batch_items(content, stamps)
+    A batch in the layout the broker writes is read by `_batch_fast.match_batch` (compiled),
+    without lxml, to the result this function's general path gives; anything else goes that
+    way."""
+    link, items = batch_items(content)
     return Batch(link, tuple(BatchItem(*item) for item in items))
 
 
-def batch_items(content: bytes, stamps: StampReader | None = None) \
-        -> tuple[str, Sequence[ItemFields]]:
+def batch_items(content: bytes) -> tuple[str, Sequence[ItemFields]]:
     """`decode_batch`'s link and items, each as `BatchItem`'s fields (stamp, content, content
     type, document): what a client unpacking every delivery takes, one object less per item."""
     fast = match_batch(content, MAX_BATCH_XML)
-    return fast if fast is not None else _decode_general(content, stamps)
+    return fast if fast is not None else _decode_general(content)
 
 
-def _decode_general(content: bytes, stamps: StampReader | None = None) \
-        -> tuple[str, Sequence[ItemFields]]:
+def _decode_general(content: bytes) -> tuple[str, Sequence[ItemFields]]:
     try:
         # No depth walk (a tenth of the decode): the structure checks below admit nothing
         # deeper than batch/item/seq, and libxml2 bounds the nesting while it parses.
@@ -224,7 +222,6 @@ def _decode_general(content: bytes, stamps: StampReader | None = None) \
     if not 0 < len(root) <= MAX_BATCH_ITEMS:
         raise _bad(f"a batch holds 1..{MAX_BATCH_ITEMS} items")
     try:
-        reader = stamps or StampReader()
-        return link, [_item(elem, link, reader) for elem in root]
+        return link, [_item(elem, link) for elem in root]
     except (RecursionError, MemoryError, UnicodeError) as exc:
         raise SyntaxError_(f"undecodable batch: {type(exc).__name__}") from None

@@ -6,8 +6,8 @@ Nearly every data a relay sees was written by `encode()` -- ours, or a peer's co
 §4.1's example: a two-part `multipart/related` entity, the control document first with one
 `originator` and one or more `recipient`s and no option, the content second. Decoding that
 through `_multipart` and lxml cost about 50 µs, a quarter of what a relay spent on a data.
-`match_data` recognises exactly that layout with a few compiled regexes and `bytes.find`s and
-returns its pieces; `_codec` turns them into a `Data`. Anything else, however legitimate, is
+`match_data` recognises exactly that layout (octet comparisons in C, the parties by a regex)
+and returns its pieces; `_codec` turns them into a `Data`. Anything else, however legitimate, is
 declined (None) and goes the general way, which stays the one definition of what is accepted.
 
 The contract: `match_data` accepts only input the general path accepts with an equal result.
@@ -32,17 +32,21 @@ Each guard below exists for one clause of that:
   which XML forbids) where XML allows it. Attribute values exclude `&`, `<`, `>`, both quotes
   and every control character, so no entity, declaration, comment or markup can hide in them
   and lxml's attribute-value normalisation has nothing to change: the text is the value. The
-  document must be strict UTF-8 (lxml refuses the rest) without U+FFFE or U+FFFF (not XML
-  characters); C1 controls, which XML allows, are declined too.
+  document must be ASCII (the C leaves any other octet to the general path).
 
 The endpoints are parsed here (`Endpoint.parse`; one that does not parse is declined), cached
 with the text they came from. The caller passes the control document's size limit (checked
 before any regex runs over it); the other limits are `_codec`'s to check.
 
-Where the optional C twin is built (`_speedups.c`, see `adapters.speedups`), it does every check
-above but the parties' and hands back the pieces; `match_data_python` stays the definition and
-decides whatever the C leaves open (a control document that is not ASCII), and
-tests/apex/test_canonical_speedups.py holds the two to the same answers on arbitrary input.
+There is one fast reader, and it is compiled (`match_layout` in `_speedups.c`, see
+`adapters.speedups`): it does every check above but the parties', which stay here (`_parties`,
+cached by their text), and hands back the pieces. What it leaves undecided (a control document
+that is not ASCII, where strict UTF-8 and the XML character rules decide; arguments of
+unexpected types) is declined, and so is everything where it is not built (no C compiler, or
+`APEXPS_PURE_PYTHON=1`): the general path reads those, slower and with the same result. The
+layout rules above, spelled as regular expressions, live on as the test oracle in
+tests/apex/canonical_oracle.py; tests/apex/test_canonical_speedups.py holds the C to it and
+tests/apex/test_codec_fast.py holds `match_data` to the general path, on arbitrary input.
 
 Writing (`write_data`) produces the layout `_multipart.encode_related` does, octet for octet.
 """
@@ -59,8 +63,7 @@ from broker.errors import InvalidParameter
 
 from ._endpoint import Endpoint
 
-__all__ = ["FAST_CONTENT_TYPE_PREFIX", "DataLayout", "match_data", "match_data_python",
-           "write_data"]
+__all__ = ["FAST_CONTENT_TYPE_PREFIX", "DataLayout", "match_data", "write_data"]
 
 #: What the Content-Type of every entity `match_data` could accept starts with.
 FAST_CONTENT_TYPE_PREFIX = 'multipart/related; boundary="'
@@ -70,18 +73,7 @@ _MAX_ID = 256
 #: Longest content type of the content part accepted, for the same reason.
 _MAX_MEDIA = 256
 
-# RFC 2046 bcharsnospace without "'"; RFC 2822 dot-atom text plus "@" without "%", "&", "'".
-_BCHARS = r"[0-9A-Za-z()+_,./:=?-]"
-_ID = r"[0-9A-Za-z!#$*+\-./:=?@^_`{|}~]"
-_CONTENT_TYPE = re.compile(
-    rf'multipart/related; boundary="({_BCHARS}{{1,70}})"; start="<({_ID}{{1,{_MAX_ID}}})>";'
-    r' type="application/beep\+xml"')
-# The content part's headers up to its Content-ID, which must equal the document's `cid:`.
-_CONTENT_PART = re.compile(
-    rb"\r\nContent-Type: ([!-~](?:[ -~]{0,%d}[!-~])?)\r\n" % (_MAX_MEDIA - 2)
-    + rb"Content-Transfer-Encoding: binary\r\nContent-ID: <")
-
-# The control document, matched once it is text (strict UTF-8; see _UNSAFE_TEXT).
+# The control document's parties, matched once the C has found it ASCII.
 _WS = r"[ \t\r\n]"
 # An attribute value: no control character, no quote, no "&", "<" or ">".
 _VALUE = r"[^\x00-\x1f\x7f\"&'<>]+"
@@ -91,8 +83,6 @@ def _party(tag: str, value: str) -> str:
     return rf"{_WS}*<{tag}{_WS}+identity{_WS}*={_WS}*{value}{_WS}*/>"
 
 
-_DATA_OPEN = re.compile(
-    rf"<data{_WS}+content{_WS}*={_WS}*(['\"])cid:({_ID}{{1,{_MAX_ID}}})\1{_WS}*>")
 # The rest of the document after <data ...>: the parties and the end tag.
 _PARTIES = re.compile(
     # the originator and the first recipient have groups of their own (one recipient is usual),
@@ -102,9 +92,6 @@ _PARTIES = re.compile(
     + "((?:" + _party("recipient", f"(?:'{_VALUE}'|\"{_VALUE}\")") + ")*)"
     + rf"{_WS}*</data{_WS}*>{_WS}*")
 _RECIPIENT = re.compile(rf"<recipient{_WS}+identity{_WS}*={_WS}*['\"]({_VALUE})")
-# Not XML characters (U+FFFE, U+FFFF; strict UTF-8 excludes the surrogates), and C1 controls:
-# the first lxml refuses, the others are declined so that no value holds a control character.
-_UNSAFE_TEXT = re.compile(r"[\x80-\x9f\ufffe\uffff]")
 #: Longest rest of a document whose parties are cached (`_cached_parties`): a few dozen
 #: recipients; bounds the cache's memory whatever peers send.
 _MAX_CACHED_REST = 2048
@@ -112,7 +99,8 @@ _MAX_CACHED_REST = 2048
 _Parties = tuple[Endpoint, tuple[Endpoint, ...]]
 #: `match_layout(content_type, body, max_xml_size)`: `match_data`'s checks of all but the
 #: parties in C (None if not built). It returns `(content_ref, rest, media_type, content)`,
-#: None to decline, or True where `match_data_python` must decide (a non-ASCII document).
+#: None to decline, or True where it leaves the decision to the general path (a non-ASCII
+#: document).
 _c = speedups.load("adapters.apex._speedups")
 _match_layout: Callable[[str, bytes, int],
                         tuple[str, str, str, bytes] | Literal[True] | None] | None = \
@@ -152,64 +140,17 @@ _cached_parties = functools.lru_cache(maxsize=1024)(_parties)
 
 def match_data(content_type: str, body: bytes, max_xml_size: int) -> DataLayout | None:
     """The pieces of `body` if it is a data in the canonical layout whose control document is
-    at most `max_xml_size` octets; None to decline."""
+    at most `max_xml_size` octets; None to decline (always, where the twin is not built)."""
     if _match_layout is None:
-        return match_data_python(content_type, body, max_xml_size)
-    got = _match_layout(content_type, body, max_xml_size)
-    if got is None:
         return None
-    if got is True:
-        return match_data_python(content_type, body, max_xml_size)
+    got = _match_layout(content_type, body, max_xml_size)
+    if got is None or got is True:
+        return None
     content_ref, rest, media_type, content = got
     parties = _cached_parties(rest) if len(rest) <= _MAX_CACHED_REST else _parties(rest)
     if parties is None:
         return None
     return DataLayout(content_ref, parties[0], parties[1], media_type, content)
-
-
-def match_data_python(content_type: str, body: bytes, max_xml_size: int) -> DataLayout | None:
-    """`match_data()` in Python: what the compiled twin must equal, and the fallback."""
-    head = _CONTENT_TYPE.fullmatch(content_type)
-    if head is None:
-        return None
-    boundary, start_id = head.groups()
-    start = (f"--{boundary}\r\nContent-Type: application/beep+xml\r\nContent-ID: <{start_id}>"
-             "\r\n\r\n").encode()
-    if not body.startswith(start):
-        return None
-    delimiter = b"\r\n--" + boundary.encode()
-    # `body` opens with "--boundary" (the general path's first delimiter, once CRLF is put in
-    # front); the next one must close the control document.
-    xml_start = len(start)
-    xml_end = body.find(delimiter, xml_start - 2)
-    if not xml_start <= xml_end <= xml_start + max_xml_size:
-        return None
-    try:
-        xml = body[xml_start:xml_end].decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    if not xml.isascii() and _UNSAFE_TEXT.search(xml):
-        return None
-    opening = _DATA_OPEN.match(xml)
-    if opening is None:
-        return None
-    cid = opening[2]
-    part = _CONTENT_PART.match(body, xml_end + len(delimiter))
-    if part is None or not body.startswith(f"{cid}>\r\n\r\n".encode(), part.end()):
-        return None
-    content_start = part.end() + len(cid) + 5
-    closing = delimiter + b"--\r\n"
-    content_end = len(body) - len(closing)
-    # content_end < content_start: the close delimiter would begin in the headers' last CRLF
-    if (content_end < content_start or not body.endswith(closing)
-            or body.find(delimiter, content_start - 2) != content_end):
-        return None
-    rest = xml[opening.end():]
-    parties = _cached_parties(rest) if len(rest) <= _MAX_CACHED_REST else _parties(rest)
-    if parties is None:
-        return None
-    return DataLayout("cid:" + cid, parties[0], parties[1], part[1].decode(),
-                      body[content_start:content_end])
 
 
 def write_data(parties: bytes, content_type: str, content: bytes, *, xml_ref: str,

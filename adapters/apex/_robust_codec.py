@@ -26,12 +26,10 @@ f-string and its constructor checks only what is cheap; `decode_stamp` checks ev
 
 from __future__ import annotations
 
-import operator
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import cast
 
 from lxml import etree
 
@@ -74,7 +72,6 @@ __all__ = [
     "SourcePosition",
     "Stamp",
     "StampKind",
-    "StampReader",
     "Withheld",
     "data_stamp_xml",
     "decode_robust",
@@ -86,9 +83,7 @@ __all__ = [
     "find_stamp",
     "publish_option",
     "stamp_element",
-    "stamp_fields",
     "stamp_option",
-    "unchecked_stamp",
     "varied_stamp",
 ]
 
@@ -571,120 +566,9 @@ def stamp_element(root: etree._Element) -> Stamp:
     )
 
 
-#: What differs from one data stamp of a link to the next; StampReader checks only these.
-_VARYING = ("linkseq", "sourceseq", "time", "messageid")
-_STAMP_FIELDS: tuple[str, ...] = Stamp.__slots__
-#: Where the fields that vary from one data stamp of a link to the next sit in `stamp_fields`.
-LINK_SEQ_AT, SOURCE_SEQ_AT, TIME_AT, MESSAGE_ID_AT = (
-    _STAMP_FIELDS.index(f) for f in ("link_seq", "source_seq", "time", "message_id"))
-#: The slots' own setters: they write a frozen dataclass's fields without its __setattr__.
-_SETTERS = [getattr(Stamp, name).__set__ for name in _STAMP_FIELDS]
-#: Distinct attribute combinations one StampReader remembers (hostile input cannot grow it).
-_KNOWN_LIMIT = 256
-
-
-def _plain(value: str, low: int, high: int) -> int | None:
-    """`value` as a number if it plainly is one in low..high (ASCII digits, no sign, at most
-    20 of them); None: let the full check decide (and say what is wrong)."""
-    if value.isascii() and value.isdigit() and len(value) <= 20:
-        number = int(value)
-        if low <= number <= high:
-            return number
-    return None
-
-
-class _Layout:
-    """One attribute layout of `<seq>` (its names, in order): where the varying attributes
-    sit, and the stamps checked so far by the values of the others."""
-
-    __slots__ = ("fixed", "known", "varying")
-
-    def __init__(self, names: tuple[str, ...]) -> None:
-        where = {name: i for i, name in enumerate(names)}
-        rest = [i for i, name in enumerate(names) if name not in _VARYING]
-        self.fixed: Callable[[list[str]], object] | None = (
-            operator.itemgetter(*rest) if rest else None)
-        self.varying = tuple(where.get(name) for name in _VARYING)
-        self.known: dict[object, list[object]] = {}
-
-
-class StampReader:
-    """Reads many `<seq>` elements, as batches hold (§5.4), exactly as `stamp_element` does
-    but faster: data stamps of one link repeat their link, epoch, source, type, topic and
-    token, so each combination of those is checked once, by `stamp_element`, and after that
-    only the attributes that vary (`_VARYING`) are. Anything else takes `stamp_element`.
-    One reader serves a client's batches one after another (not from several threads)."""
-
-    def __init__(self) -> None:
-        self._layouts: dict[tuple[str, ...], _Layout] = {}
-        self._remembered = 0
-
-    def read(self, elem: etree._Element) -> Stamp:
-        if elem.tag != "seq" or len(elem) or (elem.text or "").strip():
-            return stamp_element(elem)  # which says what is wrong
-        names = tuple(cast("list[str]", elem.keys()))  # str, whatever the stubs say
-        layout = self._layouts.get(names)
-        if layout is None:
-            if len(self._layouts) >= _KNOWN_LIMIT:
-                self._layouts.clear()  # start over: what recurs now comes back
-            layout = self._layouts[names] = _Layout(names)
-        values = cast("list[str]", elem.values())
-        at_link_seq, at_source_seq, at_time, at_message_id = layout.varying
-        key = None if layout.fixed is None else layout.fixed(values)
-        proto = layout.known.get(key)
-        if proto is None or at_link_seq is None or at_source_seq is None:
-            stamp = stamp_element(elem)
-            if stamp.kind is StampKind.DATA and key is not None:
-                if self._remembered >= _KNOWN_LIMIT:
-                    for other in self._layouts.values():
-                        other.known.clear()
-                    self._remembered = 0
-                layout.known[key] = stamp_fields(stamp)
-                self._remembered += 1
-            return stamp
-        # A data stamp with these very attributes passed every check: the varying ones get
-        # the same checks Stamp's constructor and stamp_element would give them.
-        fields = proto.copy()
-        link_seq = values[at_link_seq]
-        seq = _plain(link_seq, 1, MAX_LINK_SEQ)
-        if seq is None:
-            seq = _link_seq(link_seq, "linkseq")  # which says what is wrong
-            if seq == 0:
-                raise _bad("link seq 0 is a reset; data starts at 1")
-        fields[LINK_SEQ_AT] = seq
-        source_seq = values[at_source_seq]
-        fields[SOURCE_SEQ_AT] = _plain(source_seq, 1, MAX_LONG) \
-            or _number(source_seq, "sourceseq", 1)
-        if at_time is not None:
-            time = values[at_time]
-            at = _plain(time, 0, MAX_LONG)
-            fields[TIME_AT] = _number(time, "time") if at is None else at
-        else:
-            fields[TIME_AT] = None
-        message_id = None if at_message_id is None else values[at_message_id]
-        if message_id is not None:
-            _check_text(message_id, "a message-id", MAX_MESSAGE_ID_LEN)
-        fields[MESSAGE_ID_AT] = message_id
-        return unchecked_stamp(fields)
-
-
-def unchecked_stamp(fields: list[object]) -> Stamp:
-    """The stamp of `fields` (its slots' values, in order) without a check: for readers that
-    copy the fields of a stamp checked before and check the ones they change themselves."""
-    stamp = object.__new__(Stamp)
-    for setter, value in zip(_SETTERS, fields, strict=True):
-        setter(stamp, value)
-    return stamp
-
-
-def stamp_fields(stamp: Stamp) -> list[object]:
-    """`stamp`'s slots' values, in order (what `unchecked_stamp` takes)."""
-    return [getattr(stamp, name) for name in _STAMP_FIELDS]
-
-
 _SET_ORDER = ("link", "link_seq", "kind", "epoch", "source", "source_seq", "publish_type",
               "topic", "token", "message_id", "time", "refill", "repair", "snapshot")
-assert _SET_ORDER == _STAMP_FIELDS, "a new Stamp field needs its setter in varied_stamp"
+assert Stamp.__slots__ == _SET_ORDER, "a new Stamp field needs its setter in varied_stamp"
 (_set_link, _set_link_seq, _set_kind, _set_epoch, _set_source, _set_source_seq, _set_type,
  _set_topic, _set_token, _set_message_id, _set_time, _set_refill, _set_repair,
  _set_snapshot) = (getattr(Stamp, name).__set__ for name in _SET_ORDER)
@@ -693,9 +577,11 @@ assert _SET_ORDER == _STAMP_FIELDS, "a new Stamp field needs its setter in varie
 def varied_stamp(proto: Stamp, link_seq: int, source_seq: int | None, time: int | None,
                  message_id: str | None) -> Stamp:
     """`proto` with the fields that vary from one data stamp of a link to the next replaced,
-    without a check: for readers that checked `proto` whole and check these themselves.
-    Spelled out setter by setter: a batch reader makes one per item, and the loop of
-    `unchecked_stamp` costs half as much again."""
+    without a check: for a reader that checked `proto` whole and checks these itself (the
+    `<batch>` fast path, `_batch_fast`).
+    Spelled out setter by setter: a batch reader makes one per item, and a loop over the
+    slots costs half as much again. With `Stamp(...)` (which checks everything) this is the
+    one way a `Stamp` is made."""
     stamp = _new_object(Stamp)
     _set_link(stamp, proto.link)
     _set_link_seq(stamp, link_seq)

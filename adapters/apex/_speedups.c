@@ -1,13 +1,14 @@
-/* C twins of two pure-Python layout checks, each of which stays the definition:
+/* The compiled fast readers of two wire formats, each of which the general path (lxml and the
+ * MIME parser) defines; each layout is also spelled as regular expressions in a test oracle:
  *
- * - match_layout: the layout checks of _canonical.match_data (match_data_python), held to it
- *   on arbitrary input by tests/apex/test_canonical_speedups.py. Notes below, then further
- *   down scan_batch's own.
- * - scan_batch: the layout checks of _batch_fast.match_batch (match_batch_python), held to it
- *   by tests/apex/test_batch_speedups.py.
+ * - match_layout: the layout checks of _canonical.match_data, held to the oracle
+ *   tests/apex/canonical_oracle.py (match_data_python) on arbitrary input by
+ *   tests/apex/test_canonical_speedups.py. Notes below, then further down scan_batch's own.
+ * - scan_batch: the layout checks of _batch_fast.match_batch, held to the oracle
+ *   tests/apex/batch_oracle.py (match_batch_python) by tests/apex/test_batch_speedups.py.
  *
- * match_layout: the layout checks of _canonical.match_data (see there: match_data_python
- * stays the definition; this returns exactly what its checks decide).
+ * match_layout: the layout checks of _canonical.match_data (this returns exactly what the
+ * oracle's checks decide).
  *
  * Why C: match_data was the relay's largest Python function per data (5-10 us, about a fifth
  * of the server's time on a data), nearly all of it interpreter overhead around a few compiled
@@ -15,11 +16,11 @@
  * comparisons; the parties (the rest of the control document after `<data ...>`) go back to
  * Python, which caches them by their text.
  *
- * What stays in Python: a control document that is not ASCII, where strict UTF-8 and
- * _UNSAFE_TEXT decide -- and arguments of unexpected types. For those match_layout returns
- * True, "undecided": the caller runs match_data_python. Declining (None) is always safe to
- * decide early, whatever guard fails first, because match_data is a pure predicate with one
- * answer; so the checks below run nearly in the Python order, but need not.
+ * What is left undecided: a control document that is not ASCII, where strict UTF-8 and
+ * the XML character rules decide -- and arguments of unexpected types. For those match_layout
+ * returns True, "undecided": match_data declines and the general path reads it. Declining
+ * (None) is always safe to decide early, whatever guard fails first, because the oracle is a
+ * pure predicate with one answer; so the checks below run nearly in the Python order, but need not.
  *
  * No state is kept (the class table is constant once filled at import); every object built is
  * either returned or released.
@@ -34,14 +35,15 @@
 #define MAX_MEDIA 256
 #define MAX_BOUNDARY 70
 
-/* The character classes of _canonical's patterns, one bit each in `classes` (filled once, at
- * import, from these spellings of them). */
+/* The character classes of the oracles' patterns (tests/apex/canonical_oracle.py and
+ * batch_oracle.py), one bit each in `classes` (filled once, at import, from these spellings of
+ * them). */
 #define IN_BCHAR 1  /* _BCHARS: [0-9A-Za-z()+_,./:=?-] */
 #define IN_ID 2     /* _ID: [0-9A-Za-z!#$*+\-./:=?@^_`{|}~] */
 #define IN_WS 4     /* _WS: [ \t\r\n] */
 #define IN_PRINT 8  /* [ -~], of _CONTENT_PART's media type */
-#define IN_VALUE 16  /* _batch_fast._V on ASCII: [ -~] but & < > ' */
-#define IN_MEDIA 32  /* _batch_fast._MEDIA's class: [!-~] but & ' < > */
+#define IN_VALUE 16  /* batch_oracle._V on ASCII: [ -~] but & < > ' */
+#define IN_MEDIA 32  /* batch_oracle._MEDIA's class: [!-~] but & ' < > */
 #define IN_DIGIT 64  /* [0-9] */
 #define IN_LOWER 128  /* [a-z] */
 static const char alnum[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
@@ -261,9 +263,9 @@ match_layout(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                       delimiter, (size_t)dlen) != NULL)
         Py_RETURN_NONE;
 
-    /* The layout is canonical. A control document that is not ASCII is Python's to read: it
-     * must be strict UTF-8 without the characters _UNSAFE_TEXT names. The opening matched is
-     * ASCII, so only the rest can hold such an octet. */
+    /* The layout is canonical. A control document that is not ASCII is the general path's to
+     * read: it must be strict UTF-8 without the characters canonical_oracle._UNSAFE_TEXT names.
+     * The opening matched is ASCII, so only the rest can hold such an octet. */
     if (!is_ascii(rest_start, xml_end))
         Py_RETURN_TRUE;
     content_ref = ascii_str(ref, 4 + id_len);
@@ -284,30 +286,30 @@ match_layout(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * Why C: a subscriber of live batches spends nearly half its time per delivery in
  * _batch_fast.match_batch, nearly all of it interpreter overhead around one compiled regex per
  * item, its groups, int()s, a find() and a2b_base64() over a few hundred octets. Here that
- * layout is read octet by octet. match_batch_python stays the definition. Every check that goes
+ * layout is read octet by octet, as the oracle's regexes read it. Every check that goes
  * through the general path's own functions stays in Python: the link id, epoch, source,
  * publish type, topic and token, checked once per combination by a data Stamp's constructor and
  * remembered (_known); so does building each item's Stamp (varied_stamp).
  *
- * _batch_fast's patterns are deterministic on any text: every `V+`, `{_N}`, `[a-z]{1,16}` and
+ * batch_oracle's patterns are deterministic on any text: every `V+`, `{_N}`, `[a-z]{1,16}` and
  * media type is followed by a quote its class excludes, so it is the longest run of its class
  * there and must be of a length in its bounds; every optional group begins with a blank and a
  * name that neither the other optional groups nor what follows them begin with, so it is taken
  * wherever it matches, and where it half matches the item fails either way. The data and the
  * heartbeat pattern are one up to `kind='`.
  *
- * What goes back to Python (True, "undecided"; match_batch then runs match_batch_python): any
+ * What is left undecided (True; match_batch declines and the general path reads it): any
  * heartbeat item (idle links: rare), a content of base64 characters and "=" that is not base64
  * in its canonical form (which padding a2b_base64's strict mode takes differs between Python
  * versions; what the broker writes is canonical), and arguments other than exactly bytes and
- * an int of C's size. Declining (None) is safe at whichever guard fails first: match_batch_python
+ * an int of C's size. Declining (None) is safe at whichever guard fails first: the oracle
  * returns None if any of its guards fails, whatever the order. No state is kept; every object
  * built is either returned or released.
  */
 
 /* _robust_codec's MAX_BATCH_ITEMS, MAX_MESSAGE_ID_LEN and MAX_LONG (MAX_LINK_SEQ is
  * UINT64_MAX), and the {1,20} digits, [a-z]{1,16} publish type and {1,255} media type of
- * _batch_fast's patterns. */
+ * batch_oracle's patterns. */
 #define MAX_BATCH_ITEMS 4096
 #define MAX_MESSAGE_ID_LEN 1024
 #define MAX_LONG 9223372036854775807ULL
@@ -642,7 +644,7 @@ scan_batch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     while (p < end) {
         if (PyList_GET_SIZE(items) == MAX_BATCH_ITEMS)
-            goto decline;  /* one item more than match_batch_python takes */
+            goto decline;  /* one item more than the oracle takes */
         p = read_item(p, end, &m, &heartbeat);
         if (p == NULL)
             goto heartbeat_or_decline;

@@ -71,7 +71,6 @@ from ._robust_codec import (
     SnapshotRequest,
     SourcePosition,
     Stamp,
-    StampReader,
     decode_robust,
     encode_robust,
     find_stamp,
@@ -184,8 +183,6 @@ class PubsubClient:
         self._waiting: dict[int, asyncio.Future[_Answer]] = {}
         self._events = _Inbox()
         self._links: dict[str, LinkListener] = {}
-        #: reads the stamps of every batch this client gets (faster after the first)
-        self._stamps = StampReader()
         #: each topic's publication address, `apex=pubsub/TOPIC@D`
         self._topics: dict[str, Endpoint] = {}
         #: each topic's originator text, for the deliveries a batch holds
@@ -442,7 +439,7 @@ class PubsubClient:
         head = data.content.lstrip()[:64]
         if head.startswith(b"<batch"):
             try:
-                _, items = batch_items(data.content, self._stamps)
+                _, items = batch_items(data.content)
             except ApexpsError as exc:  # its holes get asked for again
                 log.warning("batch refused", originator=str(data.originator), error=str(exc))
                 return True

@@ -10,11 +10,16 @@ adopts the caller's bytes object instead of copying it, so each payload is one s
 transport read; only a frame left incomplete is copied, into a growing bytearray.
 
 The common frame -- a whole message in one frame: a "." MSG, RPY or ERR, payload and trailer
-already buffered -- has a fast path, `next_whole()`: one regular-expression match of a header that
-cannot be anything else, four `int()` conversions and the range checks, returned as a plain tuple
-(a `Frame` costs more to build than the parse). Anything else, or anything wrong with such a
-frame, makes it return None having consumed nothing, and `next_frame()` then decodes the same
-octets and raises the error, so every rule below is enforced in exactly one place.
+already buffered -- has a fast path, `next_whole()`, compiled (`scan_whole` in `_speedups.c`): it
+reads a header that cannot be anything else (channel, msgno and size of at most nine digits,
+so below 2**31 with no range check), checks the seqno, the size limit and the trailer, and
+returns a plain tuple (a `Frame` costs more to build than the parse). Anything else, or anything
+wrong with such a frame, makes it return None having consumed nothing, and `next_frame()` then
+decodes the same octets and raises the error, so every rule below is enforced in exactly one
+place. Where the C is not built (no compiler, `APEXPS_PURE_PYTHON=1`) `next_whole()` always
+declines and every frame takes `next_frame()`; tests/beep/test_fast_paths.py holds the two to
+the same frames, errors and buffering on arbitrary input in any chunking. Writing is the same:
+`frame_bytes()` is the definition, `whole_frame_bytes()` its compiled twin for a whole message.
 
 The header grammar is exact (RFC 3080 §2.2.1):
 
@@ -168,17 +173,10 @@ def frame_bytes(ftype: FrameType, channel: int, msgno: int, seqno: int, payload:
 def whole_frame_bytes(ftype: FrameType, channel: int, msgno: int, seqno: int,
                       payload: bytes) -> bytes:
     """`frame_bytes()` of a "." frame without an answer number: a whole MSG, RPY, ERR or NUL,
-    the frame nearly every message is sent as."""
+    the frame nearly every message is sent as; compiled where the C is built."""
     if _whole_frame is not None and type(payload) is bytes:
         return _whole_frame(_KEYWORD_BYTES[ftype], channel, msgno, seqno, payload)
-    return whole_frame_bytes_python(ftype, channel, msgno, seqno, payload)
-
-
-def whole_frame_bytes_python(ftype: FrameType, channel: int, msgno: int, seqno: int,
-                             payload: bytes) -> bytes:
-    """`whole_frame_bytes()` in Python: what its compiled twin must equal, and the fallback."""
-    return b"".join((b"%s %d %d . %d %d\r\n" % (_KEYWORD_BYTES[ftype], channel, msgno, seqno,
-                                                 len(payload)), payload, TRAILER))
+    return frame_bytes(ftype, channel, msgno, seqno, payload, more=False, ansno=None)
 
 
 def encode_seq(seq: SeqFrame) -> bytes:
@@ -192,13 +190,6 @@ _DATA_HEADER = re.compile(
     + rb"(?: " + _NUM + rb")?\r\n"
 )
 _SEQ_HEADER = re.compile(rb"SEQ " + _NUM + b" " + _NUM + b" " + _NUM + rb"\r\n")
-# The header `next_whole()` takes: a "." MSG/RPY/ERR (no answer number, no NUL rule). Whatever
-# it matches, `_DATA_HEADER` matches the same way within MAX_HEADER_LENGTH. Channel, msgno and
-# size are held to nine digits, below 2**31 with no range check; larger ones (legal up to
-# 2147483647) take the general path.
-_NUM9 = rb"(0|[1-9][0-9]{0,8})"
-_WHOLE_HEADER = re.compile(
-    rb"(MSG|RPY|ERR) " + _NUM9 + b" " + _NUM9 + rb" \. " + _NUM + b" " + _NUM9 + rb"\r\n")
 _KEYWORDS = (b"MSG ", b"RPY ", b"ERR ", b"ANS ", b"NUL ", b"SEQ ")
 _TYPES = {t.value.encode("ascii"): t for t in FrameType}
 _KEYWORD_BYTES = {t: k for k, t in _TYPES.items()}
@@ -257,32 +248,15 @@ class FrameDecoder:
     def next_whole(self) -> Whole | None:
         """The next frame if it is a whole message -- a "." MSG, RPY or ERR, completely buffered
         and well formed -- as `(type, channel, msgno, seqno, payload)`; else None, having
-        consumed nothing: call `next_frame()`, which decodes it or says what is wrong."""
-        if _scan_whole is not None:
-            got = _scan_whole(self._buffer, self._pos, self.max_frame_size, _WHOLE_TYPES)
-            if got is None:
-                return None
-            self._pos = got[5]
-            return got[:5]
-        return self.next_whole_python()
-
-    def next_whole_python(self) -> Whole | None:
-        """`next_whole()` in Python: what the compiled twin must equal, and the fallback."""
-        buf = self._buffer
-        match = _WHOLE_HEADER.match(buf, self._pos)
-        if match is None:
+        consumed nothing: call `next_frame()`, which decodes it or says what is wrong. Always
+        None where the C twin is not built."""
+        if _scan_whole is None:
             return None
-        keyword, channel_s, msgno_s, seqno_s, size_s = match.groups()
-        channel, msgno, seqno, size = int(channel_s), int(msgno_s), int(seqno_s), int(size_s)
-        start = match.end()
-        trailer_at = start + size
-        if (seqno > MAX_SEQNO or size > self.max_frame_size
-                or not buf.startswith(TRAILER, trailer_at)):
+        got = _scan_whole(self._buffer, self._pos, self.max_frame_size, _WHOLE_TYPES)
+        if got is None:
             return None
-        self._pos = trailer_at + len(TRAILER)
-        payload = buf[start:trailer_at]
-        return (_TYPES[keyword], channel, msgno, seqno,
-                payload if type(payload) is bytes else bytes(payload))
+        self._pos = got[5]
+        return got[:5]
 
     def next_frame(self) -> Frame | SeqFrame | None:
         """The next complete frame, or None if more bytes are needed.

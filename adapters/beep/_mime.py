@@ -11,8 +11,10 @@ Decoding is bounded (`MAX_HEADER_BLOCK_SIZE`) and strict about structure (header
 headers are kept for the profile to judge. Content-Transfer-Encoding is reported, not applied.
 
 Both directions run once per message, so each has a shortcut that gives the same result as the
-general code: decoding matches the usual header block -- one `Content-Type:` line -- with one
-regular expression; encoding keeps the header blocks of the parameterless content types it has
+general code: decoding reads the usual header block -- one `Content-Type:` line -- in C where
+that is built (`content_type_only` in `_speedups.c`; elsewhere the general loop reads it, and
+tests/beep/test_fast_paths.py holds the two to one answer on arbitrary header blocks); encoding
+keeps the header blocks of the parameterless content types it has
 seen (a bounded table: a few, like `application/beep+xml`, are used again and again) and writes
 the one `Content-Type` line of any other without the general loop.
 """
@@ -56,10 +58,9 @@ _SAFE_VALUE = re.compile(r"[\x20-\x7e\t]*")
 # The same octets, for `bytes.translate` to delete: what is left over is not a safe value.
 _SAFE_OCTETS = bytes(range(0x20, 0x7F)) + b"\t"
 _DEFAULT_CONTENT_TYPE_OCTETS = DEFAULT_CONTENT_TYPE.encode("ascii")
-# A header block that is one `Content-Type:` line: the value can't hold a CR, so the first CRLF
-# CRLF is the one after it, and the value is what `_SAFE_VALUE` accepts.
-_ONLY_CONTENT_TYPE = re.compile(rb"Content-Type:([\x20-\x7e\t]*)\r\n\r\n")
-#: `content_type_only(payload, limit)`: that case in C (None if not built); see decode_fields
+#: `content_type_only(payload, limit)`: a header block that is one `Content-Type:` line, in C
+#: (None if not built). The value can't hold a CR, so the first CRLF CRLF is the one after it,
+#: and the value is what `_SAFE_VALUE` accepts; anything else it declines (None).
 _c = speedups.load("adapters.beep._speedups")
 _content_type_only: Callable[[bytes, int], EntityFields | None] | None = \
     _c.content_type_only if _c is not None else None
@@ -157,22 +158,14 @@ def decode_fields(payload: bytes) -> EntityFields:
         fields: EntityFields | None = _content_type_only(payload, MAX_HEADER_BLOCK_SIZE)
         if fields is not None:
             return fields
-        return decode_fields_python(payload, only_tried=True)
-    return decode_fields_python(payload)
+    return _decode_general(payload)
 
 
-def decode_fields_python(payload: bytes, *, only_tried: bool = False) -> EntityFields:
-    """`decode_fields()` in Python: what the compiled one-header case must equal, and the
-    fallback. `only_tried`: that case has been tried and did not apply."""
+def _decode_general(payload: bytes) -> EntityFields:
+    """`decode_fields()` by the general loop alone: the definition its compiled one-header
+    case is held to. Raises as `decode_entity()`."""
     if payload.startswith(b"\r\n"):
         return DEFAULT_CONTENT_TYPE, DEFAULT_TRANSFER_ENCODING, payload[2:], ()
-    only = None if only_tried else _ONLY_CONTENT_TYPE.match(payload)
-    if only is not None:
-        end = only.end()
-        if end <= MAX_HEADER_BLOCK_SIZE:
-            # What the loop below makes of this block: one header, stripped, binary by default.
-            value = only.group(1).decode("ascii").strip()
-            return value, DEFAULT_TRANSFER_ENCODING, payload[end:], (("Content-Type", value),)
     end = payload.find(b"\r\n\r\n", 0, MAX_HEADER_BLOCK_SIZE)
     if end < 0:
         raise _malformed("no empty line ends the entity headers")

@@ -1,7 +1,9 @@
 /* C twins of the two checks every received BEEP message goes through and of the framing of
- * every whole message sent (see _frames.py and _mime.py, whose pure-Python versions stay the
- * definition: these return exactly what those return, and tests/beep/test_fast_paths.py holds
- * them to it on arbitrary input).
+ * every whole message sent (see _frames.py and _mime.py, whose general paths -- next_frame(),
+ * the header loop, frame_bytes() -- are the definition: these return exactly what those
+ * return, or decline, and tests/beep/test_fast_paths.py holds them to it on arbitrary input).
+ * They are the only fast paths of these three: where they are not built, the general code
+ * runs.
  *
  * Why C: on the relay's busiest path a whole message costs about 3.5 us in FrameDecoder's
  * regex-and-int() fast path and 1.4 us in the entity header split, nearly all of it interpreter
@@ -161,7 +163,7 @@ content_type_only(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (size_all < (Py_ssize_t)sizeof(name) - 1 || memcmp(buf, name, sizeof(name) - 1) != 0)
         Py_RETURN_NONE;
     p = v0 = buf + sizeof(name) - 1;
-    /* [\x20-\x7e\t]* then CRLF CRLF, as _mime._ONLY_CONTENT_TYPE */
+    /* [\x20-\x7e\t]* then CRLF CRLF: a Content-Type value _SAFE_VALUE accepts, and no other line */
     while (p < end && ((*p >= 0x20 && *p <= 0x7e) || *p == '\t'))
         p++;
     if (end - p < 4 || memcmp(p, "\r\n\r\n", 4) != 0)

@@ -25,12 +25,10 @@ from adapters.apex._robust_codec import (
     Heartbeat,
     Stamp,
     StampKind,
-    StampReader,
     Withheld,
     data_stamp_xml,
     encode_robust,
     encode_stamp,
-    stamp_element,
 )
 from broker.errors import ApexpsError, InvalidParameter, ParameterSyntaxError, SyntaxError_
 from broker.records import PublishType
@@ -103,59 +101,6 @@ def test_a_batch_closes_at_its_byte_bound() -> None:
     assert all(len(doc) <= BATCH_BYTES for doc in docs)
     got = [i.stamp.link_seq for doc in docs for i in decode_batch(doc).items]
     assert got == list(range(1, 41))
-
-
-# --- the fast stamp reader agrees with the full one -------------------------------------------
-
-_numbers = st.sampled_from(["0", "1", "7", "-1", "01", "1e3", " 1", "18446744073709551615",
-                            "18446744073709551616", "9223372036854775808", "x", ""])
-_attr_values = {
-    "linkseq": _numbers, "sourceseq": _numbers, "time": _numbers, "epoch": _numbers,
-    "messageid": st.sampled_from(["m1", "m\tx", "", "x" * 1025, "ok id"]),
-    "kind": st.sampled_from(["data", "heartbeat", "withheld", "reset", "other"]),
-    "source": st.sampled_from(["a@b.c", "nobody", "pub@example.com"]),
-    "type": st.sampled_from(["update", "image", "nonsense"]),
-    "topic": st.sampled_from(["q.a", "9bad", "q.b"]),
-    "token": st.sampled_from(["6747", "a\tb"]),
-    "link": st.sampled_from(["L", " L", "M"]),
-    "refill": st.sampled_from(["true", "false", "yes"]),
-    "repair": _numbers,
-    "snapshot": st.sampled_from(["true", "false"]),
-    "bogus": st.just("1"),
-}
-
-
-@st.composite
-def _seq_elements(draw: st.DrawFn) -> etree._Element:
-    """Mostly plain data stamps of one link (what the reader caches), with some attributes
-    changed or dropped."""
-    attrs = {"link": "L", "linkseq": "5", "kind": "data", "source": "a@b.c", "sourceseq": "9",
-             "type": "update", "topic": "q.a", "time": "12"}
-    for name in draw(st.lists(st.sampled_from(sorted(_attr_values)), max_size=3)):
-        if draw(st.booleans()) and name in attrs:
-            del attrs[name]
-        else:
-            attrs[name] = draw(_attr_values[name])
-    elem = etree.Element(draw(st.sampled_from(["seq", "seq", "seq", "item"])))
-    for name, value in attrs.items():
-        elem.set(name, value)
-    if draw(st.integers(0, 9)) == 0:
-        elem.text = "text"
-    return elem
-
-
-def _outcome(read: object, elem: etree._Element) -> object:
-    try:
-        return read(elem)  # type: ignore[operator]
-    except ApexpsError as exc:
-        return type(exc)
-
-
-@given(st.lists(_seq_elements(), min_size=1, max_size=30))
-def test_the_stamp_reader_answers_exactly_as_stamp_element(elems: list[etree._Element]) -> None:
-    reader = StampReader()
-    for elem in elems:
-        assert _outcome(reader.read, elem) == _outcome(stamp_element, elem)
 
 
 # --- hostile batches --------------------------------------------------------------------------

@@ -1,11 +1,11 @@
-"""The C twin of `match_batch` (`scan_batch` in adapters/apex/_speedups.c) against the Python
-definition.
+"""The C twin of `match_batch` (`scan_batch` in adapters/apex/_speedups.c) against the layout's
+oracle (tests/apex/batch_oracle.py, the layout as regular expressions).
 
-`match_batch` runs the compiled `scan_batch` where it is built and finishes in Python (the
-stamps' values through `_known`), `match_batch_python` otherwise (and wherever `scan_batch`
-leaves the decision to Python). On any input the two must return equal results -- None, or the
-same link and items of the same types -- and neither may raise. These tests fail where the twin
-is not built: the comparisons would hold the Python code to itself.
+`match_batch` runs the compiled `scan_batch` and finishes in Python (the stamps' values through
+`_known`); what the C leaves undecided (True) it declines, for the general path. On any input
+`match_batch` must return the oracle's result -- None, or the same link and items of the same
+types -- or None where the C left the decision open, and neither may raise. These tests fail
+where the twin is not built.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from adapters import speedups
 from adapters.apex import _batch_fast
 from adapters.apex._batch_codec import MAX_BATCH_XML
-from adapters.apex._batch_fast import ItemFields, match_batch, match_batch_python
+from adapters.apex._batch_fast import ItemFields, match_batch
 from adapters.apex._robust_codec import MAX_BATCH_ITEMS, MAX_LONG
 from tests.apex.batch_data import (
     HAND_MADE_ITEM,
@@ -31,6 +31,7 @@ from tests.apex.batch_data import (
     mutated_batches,
     near_layout_batches,
 )
+from tests.apex.batch_oracle import match_batch_python
 
 _NAME = "adapters.apex._speedups"
 _C = speedups.load(_NAME)
@@ -48,25 +49,27 @@ def _twin_is_built() -> Iterator[None]:
 
 
 def _decision(doc: object, max_bytes: object = MAX_BATCH_XML) -> str:
-    """What the C made of a batch: "accepted", "declined" or "python" (left to Python)."""
+    """What the C made of a batch: "accepted", "declined" or "undecided" (left to the
+    general path)."""
     assert _C is not None
     decided = _C.scan_batch(doc, max_bytes)
-    return "declined" if decided is None else "python" if decided is True else "accepted"
+    return "declined" if decided is None else "undecided" if decided is True else "accepted"
 
 
 def _agree(doc: bytes, max_bytes: int = MAX_BATCH_XML) -> _Result:
-    """`match_batch`'s result, having checked it is `match_batch_python`'s (by `repr` too, so
-    `True` never passes for `1`), from a cold and from a warm `_known`, and that whatever the C
-    decided itself agrees."""
+    """The oracle's result, having checked that `match_batch`'s is the same (by `repr` too, so
+    `True` never passes for `1`), from a cold and from a warm `_known`, or None where the C
+    left the decision to the general path; and that whatever the C decided itself agrees."""
+    assert _C is not None
+    decided = _C.scan_batch(doc, max_bytes)
     _batch_fast._known.clear()
     both = match_batch(doc, max_bytes)  # must not raise, whatever the input
     _batch_fast._known.clear()
     python = match_batch_python(doc, max_bytes)
-    assert both == python and repr(both) == repr(python)
+    expected = None if decided is True else python
+    assert both == expected and repr(both) == repr(expected)
     warm = match_batch(doc, max_bytes)  # the stamps' values now come from `_known`
-    assert warm == python and repr(warm) == repr(python)
-    assert _C is not None
-    decided = _C.scan_batch(doc, max_bytes)
+    assert warm == expected and repr(warm) == repr(expected)
     if decided is None:
         assert python is None
     elif decided is not True and python is not None:
@@ -95,7 +98,7 @@ _max_bytes = (st.just(MAX_BATCH_XML) | st.integers(-3, 3000)
 @given(batches(withheld=False, heartbeats=False))
 def test_what_the_broker_writes_is_decided_in_c(doc: bytes) -> None:
     """Data items of plain names, as `BatchPacker` writes them: accepted by the C itself (not
-    left to Python), to the Python result."""
+    left undecided), to the oracle's result."""
     assert _decision(doc) == "accepted"
     assert _agree(doc) is not None
 
@@ -105,7 +108,7 @@ def test_what_the_broker_writes_is_decided_in_c(doc: bytes) -> None:
 def test_packed_batches_are_matched_alike(doc: bytes, max_bytes: int) -> None:
     """Batches as `BatchPacker` writes them, of any links, sources, topics, tokens, message
     ids, numbers, contents and media types, with heartbeat and withheld items, under any size
-    limit: the C and the Python versions agree."""
+    limit: the C and the oracle agree."""
     _agree(doc, max_bytes)
 
 
@@ -143,7 +146,7 @@ _BASE64ISH = "AB/9+=<\n"
        | st.binary(max_size=40).map(lambda b: base64.b64encode(b).decode()))
 def test_contents_are_decoded_alike(content: str) -> None:
     """A content of base64 or near it: the C decodes it to the same octets or leaves it to
-    Python, or declines what strict base64 refuses."""
+    the general path, or declines what strict base64 refuses."""
     _agree(hand_made(HAND_MADE_ITEM.replace("eA==", content)))
 
 
@@ -160,7 +163,7 @@ def test_short_contents_are_decoded_alike() -> None:
             except binascii.Error:
                 refused = True
             if refused:
-                assert _decision(doc) in ("declined", "python")
+                assert _decision(doc) in ("declined", "undecided")
             assert _agree(doc) is None or not refused
 
 
@@ -240,7 +243,7 @@ def _message_id(value: str) -> bytes:
         # not ASCII
         (_message_id("\u00e9"), "declined"),
         (_item("eA==", "eA==\u00e9"), "declined"),
-        # ... anywhere, so not even a heartbeat item before it goes to Python
+        # ... anywhere, so not even a heartbeat item before it is left undecided
         (hand_made(_HEARTBEAT + HAND_MADE_ITEM.replace("q.a", "q.\u00e9")), "declined"),
         # the items' link
         (_item("<seq link='L'", "<seq link='M'"), "declined"),
@@ -260,27 +263,27 @@ def _message_id(value: str) -> bytes:
         (hand_made(HAND_MADE_ITEM * MAX_BATCH_ITEMS), "accepted"),
         (hand_made(HAND_MADE_ITEM * (MAX_BATCH_ITEMS + 1)), "declined"),
         (hand_made(""), "declined"),
-        # the content: strict base64, in canonical form or left to Python
+        # the content: strict base64, in canonical form or left undecided
         (_item("eA==", "eA==\n"), "declined"),
         (_item("eA==", "e A=="), "declined"),
         (_item("eA==", "eA-="), "declined"),
-        (_item("eA==", "eA="), "python"),
-        (_item("eA==", "eA"), "python"),
-        (_item("eA==", "eA==="), "python"),
-        (_item("eA==", "eA==eA=="), "python"),
-        (_item("eA==", "=eA="), "python"),
-        (_item("eA==", "e"), "python"),
+        (_item("eA==", "eA="), "undecided"),
+        (_item("eA==", "eA"), "undecided"),
+        (_item("eA==", "eA==="), "undecided"),
+        (_item("eA==", "eA==eA=="), "undecided"),
+        (_item("eA==", "=eA="), "undecided"),
+        (_item("eA==", "e"), "undecided"),
         # ... a `<` in it
         (_item("eA==", "e<b/>A=="), "declined"),
         (_item("eA==", "eA==<x/>"), "declined"),
         (_item("</content></item>", "</content><x/></item>"), "declined"),
         (_item("</content></item>", "</content></item></item>"), "declined"),
         (_item("</content></item>", "</content>"), "declined"),
-        # heartbeat items are Python's, whatever comes before or after; other kinds decline
-        (hand_made(_HEARTBEAT), "python"),
-        (hand_made(HAND_MADE_ITEM + _HEARTBEAT), "python"),
-        (hand_made(_HEARTBEAT + HAND_MADE_ITEM), "python"),
-        (hand_made(_HEARTBEAT.replace("interval='5'", "interval='0'")), "python"),
+        # heartbeat items are left undecided, whatever comes before or after; other kinds decline
+        (hand_made(_HEARTBEAT), "undecided"),
+        (hand_made(HAND_MADE_ITEM + _HEARTBEAT), "undecided"),
+        (hand_made(_HEARTBEAT + HAND_MADE_ITEM), "undecided"),
+        (hand_made(_HEARTBEAT.replace("interval='5'", "interval='0'")), "undecided"),
         (hand_made(HAND_MADE_ITEM.replace("'5'", "'0'") + _HEARTBEAT), "declined"),
         (hand_made(_HEARTBEAT.replace("heartbeat'", "heartbeats'")), "declined"),
         (hand_made(_HEARTBEAT.replace("<seq link='L'", "<seq link='L' epoch='x'")), "declined"),
@@ -301,7 +304,7 @@ def test_guard(doc: bytes, expected: str) -> None:
     decision to Python as expected, and the two versions agree."""
     assert _decision(doc) == expected
     result = _agree(doc)
-    assert (result is not None) == (expected == "accepted") or expected == "python"
+    assert (result is not None) == (expected == "accepted") or expected == "undecided"
 
 
 def test_python_checks_what_the_c_accepts() -> None:
@@ -350,14 +353,15 @@ def test_size_limit() -> None:
     for limit in (len(doc) - 1, 0, -1):
         assert _decision(doc, limit) == "declined"
         assert _agree(doc, limit) is None
-    assert _decision(doc, 2**70) == _decision(doc, -(2**70)) == "python"
+    assert _decision(doc, 2**70) == _decision(doc, -(2**70)) == "undecided"
     assert _agree(doc, 2**70) is not None
     assert _agree(doc, -(2**70)) is None
     assert _agree(doc, 2**63 - 1) is not None
 
 
-def test_argument_types_other_than_bytes_and_int_are_left_to_python() -> None:
-    """Subclasses and look-alikes (a bytearray, a bool limit) go to Python."""
+def test_argument_types_other_than_bytes_and_int_are_left_undecided() -> None:
+    """Subclasses and look-alikes (a bytearray, a bool limit) are left undecided (to the general
+    path)."""
 
     class Octets(bytes):
         pass
@@ -365,10 +369,9 @@ def test_argument_types_other_than_bytes_and_int_are_left_to_python() -> None:
     doc = hand_made()
     for args in [(bytearray(doc), 4096), (Octets(doc), 4096), (memoryview(doc), 4096),
                  (doc, True), (doc, 4096.0), ("text", 4096)]:
-        assert _decision(*args) == "python"
+        assert _decision(*args) == "undecided"
     assert _agree(Octets(doc)) is not None
-    assert match_batch(bytearray(doc), 4096) == match_batch_python(  # type: ignore[arg-type]
-        bytearray(doc), 4096)  # type: ignore[arg-type]
+    assert match_batch(bytearray(doc), 4096) is None  # type: ignore[arg-type]
     assert _agree(doc, True) is None
     assert _C is not None
     with pytest.raises(TypeError):

@@ -1,9 +1,10 @@
-"""The C twin of `match_data` (adapters/apex/_speedups.c) against the Python definition.
+"""The C twin of `match_data` (`match_layout` in adapters/apex/_speedups.c) against the
+layout's oracle (tests/apex/canonical_oracle.py, the layout as regular expressions).
 
-`match_data` runs the compiled `match_layout` where it is built, `match_data_python` otherwise
-(and wherever `match_layout` leaves the decision to Python). On any input the two must return
-equal results -- None, or equal `DataLayout`s of the same types -- and neither may raise. These
-tests fail where the twin is not built: the comparisons would hold the Python code to itself.
+`match_data` runs the compiled `match_layout` and reads the parties in Python; what the C leaves
+undecided (True) it declines, for the general path. On any input `match_data` must return the
+oracle's result -- None, or equal `DataLayout`s of the same types -- or None where the C left
+the decision open, and neither may raise. These tests fail where the twin is not built.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from adapters import speedups
-from adapters.apex._canonical import DataLayout, match_data, match_data_python
+from adapters.apex._canonical import DataLayout, match_data
 from adapters.apex._codec import DEFAULT_MAX_XML_SIZE, Data, encode
 from adapters.apex._endpoint import Endpoint
 from tests.apex.canonical_data import (
@@ -26,6 +27,7 @@ from tests.apex.canonical_data import (
     near_canonical_entities,
     plain_endpoints,
 )
+from tests.apex.canonical_oracle import match_data_python
 
 _NAME = "adapters.apex._speedups"
 _C = speedups.load(_NAME)
@@ -41,13 +43,15 @@ def _twin_is_built() -> Iterator[None]:
 
 def _agree(content_type: str, body: bytes,
            max_xml_size: int = DEFAULT_MAX_XML_SIZE) -> DataLayout | None:
-    """`match_data`'s result, having checked it is `match_data_python`'s (by `repr` too, so a
-    bytearray never passes for bytes) and that whatever the C decided itself agrees."""
-    python = match_data_python(content_type, body, max_xml_size)
-    both = match_data(content_type, body, max_xml_size)
-    assert both == python and repr(both) == repr(python)
+    """The oracle's result, having checked that `match_data`'s is the same (by `repr` too, so a
+    bytearray never passes for bytes), or None where the C left the decision to the general
+    path, and that whatever the C decided itself agrees."""
     assert _C is not None
     decided = _C.match_layout(content_type, body, max_xml_size)
+    python = match_data_python(content_type, body, max_xml_size)
+    both = match_data(content_type, body, max_xml_size)
+    expected = None if decided is True else python
+    assert both == expected and repr(both) == repr(expected)
     if decided is None:
         assert python is None
     elif decided is not True:
@@ -57,10 +61,11 @@ def _agree(content_type: str, body: bytes,
 
 
 def _decision(content_type: str, body: bytes, max_xml_size: int = DEFAULT_MAX_XML_SIZE) -> str:
-    """What the C made of an entity: "accepted", "declined" or "python" (left to Python)."""
+    """What the C made of an entity: "accepted", "declined" or "undecided" (left to the
+    general path)."""
     assert _C is not None
     decided = _C.match_layout(content_type, body, max_xml_size)
-    return "declined" if decided is None else "python" if decided is True else "accepted"
+    return "declined" if decided is None else "undecided" if decided is True else "accepted"
 
 
 def test_the_twin_is_listed_and_active() -> None:
@@ -85,14 +90,14 @@ _max_xml_sizes = (st.just(DEFAULT_MAX_XML_SIZE) | st.integers(-3, 700)
 @given(datas(endpoints) | datas(plain_endpoints), _max_xml_sizes)
 def test_encoded_data_is_matched_alike(data: Data, max_xml_size: int) -> None:
     """Data as encode() writes it, of any endpoints, content and content type, under any
-    document size limit: the C and the Python versions agree."""
+    document size limit: the C and the oracle agree."""
     _agree(*encode(data), max_xml_size)
 
 
 @settings(max_examples=200)
 @given(datas(plain_endpoints))
 def test_canonical_data_is_decided_in_c(data: Data) -> None:
-    """A data of plain (ASCII) endpoints is accepted by the C itself, not left to Python."""
+    """A data of plain (ASCII) endpoints is accepted by the C itself, not left undecided."""
     content_type, body = encode(data)
     assert _decision(content_type, body) == "accepted"
     layout = _agree(content_type, body)
@@ -290,19 +295,19 @@ def _entity(*, boundary: str = "B", start_id: str = "s@x", cid: str = "c@x",
         (_entity(tail=b"\r\n--B--\n\n"), "declined"),
         (_entity(tail=b"\r\n--C--\r\n"), "declined"),
         (_entity(tail=b""), "declined"),
-        # a document that is not ASCII is left to Python, which reads UTF-8 strictly
-        (_entity(parties=_PARTIES.replace(b"fred", b"fr\xc3\xa9d")), "python"),
-        (_entity(parties=_PARTIES.replace(b"fred", b"fr\xc2\x85d")), "python"),
-        (_entity(parties=_PARTIES.replace(b"fred", b"fr\xef\xbf\xbed")), "python"),
-        (_entity(parties=_PARTIES.replace(b"fred", b"fr\xffd")), "python"),
-        (_entity(parties=_PARTIES.replace(b"fred", b"fr\xedd")), "python"),
+        # a document that is not ASCII is left undecided, for the general path
+        (_entity(parties=_PARTIES.replace(b"fred", b"fr\xc3\xa9d")), "undecided"),
+        (_entity(parties=_PARTIES.replace(b"fred", b"fr\xc2\x85d")), "undecided"),
+        (_entity(parties=_PARTIES.replace(b"fred", b"fr\xef\xbf\xbed")), "undecided"),
+        (_entity(parties=_PARTIES.replace(b"fred", b"fr\xffd")), "undecided"),
+        (_entity(parties=_PARTIES.replace(b"fred", b"fr\xedd")), "undecided"),
         # ... unless a guard on the octets has declined already
         (_entity(parties=_PARTIES.replace(b"fred", b"fr\xc3\xa9d"), media=" x"), "declined"),
     ],
 )
 def test_guard(entity: tuple[str, bytes], expected: str) -> None:
     """Each guard of the layout, at and past its bounds: the C accepts, declines or leaves the
-    decision to Python as expected, and the two versions agree."""
+    decision to the general path as expected, and `match_data` agrees with the oracle."""
     assert _decision(*entity) == expected
     layout = _agree(*entity)
     if expected == "accepted":
@@ -311,9 +316,9 @@ def test_guard(entity: tuple[str, bytes], expected: str) -> None:
         assert layout is None
 
 
-def test_non_ascii_documents_as_python_reads_them() -> None:
-    """Left to Python: a UTF-8 endpoint is accepted; C1 controls, U+FFFE and octets that are not
-    UTF-8 are declined."""
+def test_non_ascii_documents_as_the_oracle_reads_them() -> None:
+    """Left undecided by the C (so `match_data` declines): the oracle accepts a UTF-8 endpoint
+    and declines C1 controls, U+FFFE and octets that are not UTF-8."""
     fine = _entity(parties=_PARTIES.replace(b"fred", b"fr\xc3\xa9d"))
     layout = _agree(*fine)
     assert layout is not None and layout.originator == Endpoint.parse("fr\u00e9d@example.com")
@@ -323,7 +328,7 @@ def test_non_ascii_documents_as_python_reads_them() -> None:
 
 def test_document_size_limit() -> None:
     """The document may be exactly `max_xml_size` octets, not one more; a negative limit
-    declines; a limit beyond C's integers is left to Python."""
+    declines; a limit beyond C's integers is left undecided."""
     content_type, body = _entity()
     size = len(b"<data content='cid:c@x'>" + _PARTIES)
     assert _decision(content_type, body, size) == "accepted"
@@ -334,15 +339,15 @@ def test_document_size_limit() -> None:
         assert _decision(content_type, body, limit) == "declined"
         assert _agree(content_type, body, limit) is None
     assert _decision(content_type, body, 2**70) == _decision(content_type, body, -(2**70)) \
-        == "python"
+        == "undecided"
     assert _agree(content_type, body, 2**70) is not None
     assert _agree(content_type, body, -(2**70)) is None
     assert _agree(content_type, body, 2**63 - 1) is not None
 
 
-def test_argument_types_other_than_str_bytes_int_are_left_to_python() -> None:
-    """Subclasses and look-alikes (a bytearray body, a bool limit) go to Python, whose answer
-    (a bytearray content, say) is then match_data's."""
+def test_argument_types_other_than_str_bytes_int_are_left_undecided() -> None:
+    """Subclasses and look-alikes (a bytearray body, a bool limit) are left undecided: the
+    general path reads them (the oracle would give a bytearray content, say)."""
 
     class Text(str):
         pass
