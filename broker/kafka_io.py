@@ -12,6 +12,10 @@ calls `poll()` so delivery callbacks run promptly whatever the caller does (conf
 Reads: an assigned (never subscribed, never committing) consumer, bounded by the high watermark
 taken when the read starts, so a read always ends. `read_partition` makes a consumer per read,
 for one-off reads; `PartitionReader` keeps one for reads repeated for ever (a registry's refresh).
+
+Why one module of this length: it is the one place confluent-kafka is imported (the lint
+rules hold every other module to that), so the producer, the reads and the admin calls live
+together behind typed functions.
 """
 
 from __future__ import annotations

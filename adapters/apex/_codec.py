@@ -26,6 +26,10 @@ first tries `_canonical`, which reads that layout with a few regexes and no lxml
 anything else, and only then the general path above. The fast path may only accept what the
 general one accepts, with an equal result (tests/apex/test_codec_fast.py holds it to that).
 `encode` writes a data without options the same way, its parties' XML cached.
+
+Why one module of this length: the four operations and two replies of RFC 3340 share one
+entity layout and one set of checks; the canonical-layout fast path and the multipart reader
+are in modules of their own.
 """
 
 from __future__ import annotations

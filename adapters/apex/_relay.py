@@ -47,6 +47,10 @@ Choices the RFC leaves open (see the report in the commit log):
   immediate, a data none of whose recipients can be reached is answered with the error instead
   (550), unless the originator asked for a statusRequest, which then reports per recipient;
 * a subaddress with no attachment of its own is delivered to its base endpoint's attachment.
+
+Why one module of this length: attach, bind, terminate and data share one table of who is
+attached where; each rule is a short method beside the others it interacts with, and the
+RFC 3342 options it honours are in `_options.py` and `_party.py`.
 """
 
 from __future__ import annotations

@@ -22,6 +22,10 @@ The dataclasses check their own invariants (which attributes go with which stamp
 ranges), so what `encode_*` writes always decodes. Encoding uses the drafts' layout (single
 quotes, " />"). The stamp is built per delivery on the fan-out path, so its encoder is a plain
 f-string and its constructor checks only what is cheap; `decode_stamp` checks everything.
+
+Why one module of this length: it is one vocabulary. Every element shares the same limits,
+attribute checkers and escaping, and each element's decoder sits beside its encoder so that
+the two cannot drift; split by element, those checks would be scattered or duplicated.
 """
 
 from __future__ import annotations

@@ -43,6 +43,10 @@ first and the held stamps are processed in order; 569/570 mean repair by source.
 
 Heartbeats. Nothing heard for twice the interval: `Delayed("heartbeat")`; for `silent_factor` times
 the interval: `SilentLink` (the caller may reconnect). Both once per silence.
+
+Why one module of this length: it is one state machine (like h11's `_state.py`); gap
+detection, reordering, repair and resumption all read and change the same per-link state, and
+splitting them would move that state behind accessors without making any rule easier to read.
 """
 
 from __future__ import annotations

@@ -38,6 +38,10 @@ the general one would decide differently; it only skips work the state makes red
 Transport security and SASL are tuning profiles the APEX layer drives through `start_channel()` /
 `accept_start()` with piggybacked content; after TLS takes over the transport it calls
 `reset_after_tuning()`, which closes every channel and expects fresh greetings (RFC 3080 §3).
+
+Why one module of this length: it is the one facade over the layers, as h11's
+`_connection.py` is; it owns only the channel-zero conversations and the routing of frames to
+channels, and every piece it composes lives in its own module.
 """
 
 from __future__ import annotations

@@ -22,6 +22,10 @@ the channel exists is answered inside the `profile` or with ERR, as §3.1.1 and 
 for a malformed element, 535 for refused credentials, 537 for a foreign authorization identity,
 451 for a client abort). A malformed `blob` changes nothing -- the exchange may go on -- while a
 well-formed one the mechanism rejects ends the exchange, as SASL has it.
+
+Why one module of this length: the TLS and SASL profiles share the tuning-channel
+bookkeeping (one tuning at a time, the channel-zero restarts after it); their XML is in
+`_tuning_xml.py`, their states in `_tuning_state.py`, SASL mechanisms in `_sasl.py`.
 """
 
 from __future__ import annotations
