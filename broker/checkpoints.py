@@ -229,17 +229,18 @@ class CheckpointBook:
         with self.lock:
             self._holds -= 1
 
-    def index(self, key: str, bucket: int, offset: int, encode: Callable[[], bytes]) -> int:
+    def index(self, key: str, bucket: int, offset: int, encode: Callable[[], bytes], *,
+              at: int | None = None) -> int:
         """A record of `key` in `bucket` is at `offset`: if that is the lowest seen, remember it
         and write the bucket's entry (`encode()`). Returns the bucket's lowest offset. Delivery
         reports can come out of order, so the first report of a bucket need not be its
-        lowest."""
+        lowest. `at`: when the record was made (default: now); pruning goes by it."""
         with self.lock:
             buckets = self._buckets.setdefault(key, {})
             seen = buckets.get(bucket)
             if seen is not None and seen[0] <= offset:
                 return seen[0]
-            buckets[bucket] = (offset, self._clock())
+            buckets[bucket] = (offset, self._clock() if at is None else at)
             self._send_one(sub_key(key, bucket), encode())
         return offset
 
