@@ -33,8 +33,11 @@ One round at a time.
 
 *Never a marker past a failed append.* The high-water mark only moves on a durable append
 (`durable`). An append that failed and whose explanation is not yet durable (the journal's GAP
-record) is a *hold*: while any hold is open no marker moves, so a crash leaves the hole in the
-tail, where recovery finds it and explains it itself.
+record) is a *hold* on its key: while any hold is open no marker moves, so a crash leaves the
+hole in the tail, where recovery finds it and explains it itself. Nor is a held key's state
+written: recovery finds a hole by comparing the tail with the loaded state, and a state that
+already counts the seqs after the hole would hide it (tests/broker/test_checkpoints.py's
+stateful model found that one).
 
 When to flush is `FlushPolicy`'s rule: once something changed and either `every` changes piled
 up or `interval_s` passed. Bucket entries are written as they are found (a read by bucket is
@@ -192,7 +195,7 @@ class CheckpointBook:
         self._dirty: set[str] = set()
         self._hw: dict[int, int] = {}  # highest durable offset per log partition
         self._marked: dict[int, int] = {}  # what the durable markers say
-        self._holds = 0
+        self._holds: dict[str, int] = {}  # key -> its failed appends not yet explained
         #: key -> bucket -> (lowest offset of a record in it, when it was indexed)
         self._buckets: dict[str, dict[int, tuple[int, int]]] = {}
         self._round: Round | None = None
@@ -219,15 +222,21 @@ class CheckpointBook:
             if offset > self._hw.get(partition, -1):
                 self._hw[partition] = offset
 
-    def hold(self) -> None:
-        """An append failed and its explanation is not durable yet: no marker moves."""
+    def hold(self, key: str) -> None:
+        """An append of `key` failed and its explanation is not durable yet: no marker moves,
+        and `key`'s state is not written (it would vouch for the seqs after the hole)."""
         with self.lock:
-            self._holds += 1
+            self._holds[key] = self._holds.get(key, 0) + 1
 
-    def release(self) -> None:
-        """The explanation of a held failure is durable."""
+    def release(self, key: str) -> None:
+        """The explanation of one held failure of `key` is durable."""
         with self.lock:
-            self._holds -= 1
+            left = self._holds[key] - 1
+            if left:
+                self._holds[key] = left
+            else:
+                del self._holds[key]
+                self.policy.changed()
 
     def index(self, key: str, bucket: int, offset: int, encode: Callable[[], bytes], *,
               at: int | None = None) -> int:
@@ -255,7 +264,11 @@ class CheckpointBook:
 
     def write_now(self, key: str) -> None:
         """Write `key`'s state at once, outside a round (the journal's failed publisher seqs:
-        a restart must not wait a second to know of them). It moves no marker."""
+        a restart must not wait a second to know of them), unless it is held. It moves no
+        marker."""
+        with self.lock:
+            if key in self._holds:
+                return
         value = self._encode_state(key)
         if value is not None:
             self._send_one(state_key(key), value)
@@ -272,7 +285,8 @@ class CheckpointBook:
         with self.lock:
             if self._round is not None:
                 return None
-            keys, self._dirty = self._dirty, set()
+            keys = self._dirty - self._holds.keys()
+            self._dirty -= keys
             markers = {} if self._holds else {
                 p: o for p, o in self._hw.items() if self._marked.get(p) != o}
             pruned = self._prune()

@@ -25,8 +25,9 @@ Checkpoints (the compacted `sources` topic, one partition so its order is total)
 The journal owns the source state and its schema; the key scheme, when to flush, the write order
 and the recovery read are the checkpoint book's (broker/checkpoints.py): a flush (on the
 producer's poll thread, every second or every 1000 deliveries) writes the source checkpoints,
-and the partition markers only once Kafka holds them. A failed append is a hold on the book: no
-marker moves until its GAP record is durable. Delivery reports mostly run on the poll thread but
+and the partition markers only once Kafka holds them. A failed append is a hold on its source:
+until its GAP record is durable no marker moves and the source's checkpoint is not written (a
+checkpoint counting the seqs after the hole would hide the hole from recovery). Delivery reports mostly run on the poll thread but
 also on any thread inside `flush()`, so what they update is guarded by a lock of its own; a
 batch is booked only once every record in it has its outcome.
 
@@ -469,7 +470,7 @@ class Journal:
 
     def _explain_failed(self, source: str, topic: str, seq: int, reason: str,
                         pubseq: int | None = None) -> None:
-        self._checkpoints.hold()
+        self._checkpoints.hold(source)
         # The GAP names the failed publisher seq, so recovery knows a resend of it is no
         # duplicate (it adds the pubseq to the source's failed set).
         value = self._codec.encode(SCHEMA, gap_record(source, topic, seq, seq,
@@ -484,7 +485,7 @@ class Journal:
                     self._explain_failed(source, topic, seq, reason, pubseq)
                 else:
                     self._on_durable(source, seq, pos)
-                self._checkpoints.release()
+                self._checkpoints.release(source)
 
         try:
             self._producer.produce(self.topic, source.encode(), value, done,
