@@ -250,7 +250,7 @@ def test_the_index_keeps_each_buckets_lowest_offset_whatever_the_report_order() 
 
 # --- the model ------------------------------------------------------------------------------
 
-KEYS = ("a", "b", "c")
+KEYS = ("a", "b")
 
 
 class Ledger:
