@@ -69,6 +69,7 @@ __all__ = [
     "CheckpointBook",
     "CheckpointPort",
     "Loaded",
+    "Phase",
     "Round",
     "Write",
     "marker_key",
@@ -85,6 +86,8 @@ PRUNE_INTERVAL_S = 60.0
 
 #: One checkpoint record: key, value (None: a tombstone).
 Write = tuple[bytes, bytes | None]
+#: A round's phase: its records, or a function making them when the phase goes out.
+Phase = list[Write] | Callable[[], list[Write]]
 #: Outcome of one write: None, or why Kafka does not hold it.
 WriteDone = Callable[[Exception | None], None]
 
@@ -101,16 +104,17 @@ def marker_key(partition: int) -> bytes:
     return f"{MARKER_PREFIX}{partition}".encode()
 
 
-def parse_key(raw: bytes) -> tuple[str, int | None, int | None]:
-    """(key, sub number, marker partition) of a checkpoint key: a marker has key "" and its
+def parse_key(raw: bytes, parts: int = 1) -> tuple[str, int | None, int | None]:
+    """(key, sub number, marker partition) of a checkpoint key whose state keys have `parts`
+    NUL-separated parts (the item store's: topic NUL message-id): a marker has key "" and its
     partition; a sub-record its key and number; a state its key alone."""
     text = raw.decode()
     if text.startswith(MARKER_PREFIX):
         return "", None, int(text[len(MARKER_PREFIX):])
-    key, sep, n = text.rpartition("\x00")
-    if sep and n.isdigit():
-        return key, int(n), None
-    return text, None, None
+    if text.count("\x00") < parts:
+        return text, None, None
+    key, _, n = text.rpartition("\x00")
+    return key, int(n), None
 
 
 class CheckpointPort(Protocol):
@@ -138,6 +142,9 @@ class Loaded:
 
     markers: dict[int, int] = field(default_factory=dict)
     subs: dict[str, dict[int, bytes]] = field(default_factory=dict)
+    #: the highest sub number any record named, tombstones included (the item store's orders
+    #: never repeat)
+    top_sub: int = 0
 
 
 @dataclass
@@ -146,7 +153,7 @@ class Round:
 
     number: int
     keys: set[str]
-    phases: list[list[Write]]
+    phases: list[Phase]
     markers: dict[int, int]
     left: list[int] = field(default_factory=list)
     failed: bool = False
@@ -162,21 +169,28 @@ class CheckpointBook:
         encode_state: a dirty key's state record, or None if it has none to write (yet).
         encode_marker: the record of partition p's marker at an offset.
         decode_marker: the offset a marker record names.
-        plan: the owner's phases for a round's dirty keys, if its states are more than one
-            record each (default: one phase, `encode_state` of each key).
+        plan: the owner's phases for a round's dirty keys and number, if its states are more
+            than one record each (default: one phase, `encode_state` of each key). A phase
+            may be a function, called (without the lock) when the phase goes out.
+        extra: whether the owner has something to write though no key is dirty (the item
+            store's due tombstones).
+        key_parts: NUL-separated parts of a state key (see `parse_key`).
         lock: the owner's lock over what its delivery reports update: the round's capture
             takes it, so the states and the high-water marks it captures agree.
         policy: when a flush is due.
         retention_ms: buckets indexed longer ago are pruned (None: never).
         clock: epoch milliseconds.
-        on_round: called with each round once it is over (failed or complete), lock not held.
+        on_round: called with each round once it is over (failed or complete), under the lock
+            and before another round can begin.
     """
 
     def __init__(self, port: CheckpointPort, *,
                  encode_state: Callable[[str], bytes | None],
                  encode_marker: Callable[[int, int], bytes],
                  decode_marker: Callable[[bytes], int],
-                 plan: Callable[[set[str]], list[list[Write]]] | None = None,
+                 plan: Callable[[set[str], int], list[Phase]] | None = None,
+                 extra: Callable[[], bool] | None = None,
+                 key_parts: int = 1,
                  lock: threading.RLock | None = None,
                  policy: FlushPolicy | None = None,
                  retention_ms: int | None = None,
@@ -187,6 +201,8 @@ class CheckpointBook:
         self._encode_marker = encode_marker
         self._decode_marker = decode_marker
         self._plan = plan
+        self._extra = extra
+        self._parts = key_parts
         self.lock = lock if lock is not None else threading.RLock()
         self.policy = policy or FlushPolicy()
         self.retention_ms = retention_ms
@@ -219,7 +235,7 @@ class CheckpointBook:
     def durable(self, partition: int, offset: int) -> None:
         """A log record is durable at `offset`: markers may cover up to it."""
         with self.lock:
-            if offset > self._hw.get(partition, -1):
+            if partition not in self._hw or offset > self._hw[partition]:
                 self._hw[partition] = offset
 
     def hold(self, key: str) -> None:
@@ -291,17 +307,20 @@ class CheckpointBook:
                 p: o for p, o in self._hw.items() if self._marked.get(p) != o}
             pruned = self._prune()
             self.policy.flushed()
-            if not keys and not markers and not pruned:
+            if not keys and not markers and not pruned \
+                    and (self._extra is None or not self._extra()):
                 return None
+            number = self._rounds + 1
+            phases: list[Phase]
             if self._plan is not None:
-                phases = self._plan(keys)
+                phases = self._plan(keys, number)
             else:
                 phases = [[(state_key(k), v) for k in sorted(keys)
                            if (v := self._encode_state(k)) is not None]]
             if pruned:
-                phases[0] = pruned + phases[0]
-            self._rounds += 1
-            round_ = self._round = Round(self._rounds, keys, [p for p in phases if p], markers)
+                phases.insert(0, pruned)
+            self._rounds = number
+            round_ = self._round = Round(number, keys, [p for p in phases if p], markers)
             if markers:
                 round_.phases.append([(marker_key(p), self._encode_marker(p, o))
                                       for p, o in sorted(markers.items())])
@@ -340,6 +359,14 @@ class CheckpointBook:
             self._end(round_)
             return
         phase = round_.phases.pop(0)
+        if callable(phase):
+            try:
+                phase = phase()
+            except Exception as exc:  # never expected: what the owner held encodes again
+                log.error("checkpoint could not be encoded", error=str(exc))
+                round_.failed = True
+                self._end(round_)
+                return
         round_.left = list(range(len(phase) + 1))  # a token per record, one for the sending
         done = functools.partial(self._written, round_)
         for key, value in phase:
@@ -364,10 +391,10 @@ class CheckpointBook:
                 self.policy.changed(len(round_.keys) or 1)
             else:
                 self._marked.update(round_.markers)
+            if self._on_round is not None:  # before the next round can begin
+                self._on_round(round_)
             self._round = None
         round_.done.set()
-        if self._on_round is not None:
-            self._on_round(round_)
 
     def _send_one(self, key: bytes, value: bytes | None) -> None:
         try:
@@ -393,23 +420,25 @@ class CheckpointBook:
 
     # --- recovery ---------------------------------------------------------------------------
 
-    def load(self, on_state: Callable[[str, bytes], None], *,
+    def load(self, on_state: Callable[[str, bytes | None], None], *,
              bucket_at: Callable[[bytes], tuple[int, int]] | None = None) -> Loaded:
         """Read the checkpoint topic: markers, sub-records, and each state record handed to
-        `on_state(key, value)` in the order written. With `bucket_at` (a sub-record's offset
-        and when it was indexed) the sub-records are the sparse index and the book keeps it."""
+        `on_state(key, value)` in the order written (None: a tombstone). With `bucket_at` (a
+        sub-record's offset and when it was indexed) the sub-records are the sparse index and
+        the book keeps it."""
         loaded = Loaded()
         for raw, value in self.port.read_checkpoints():
-            key, n, partition = parse_key(raw)
+            key, n, partition = parse_key(raw, self._parts)
             if partition is not None:
                 if value is not None:
                     loaded.markers[partition] = self._decode_marker(value)
             elif n is not None:
+                loaded.top_sub = max(loaded.top_sub, n)
                 if value is None:
                     loaded.subs.get(key, {}).pop(n, None)
                 else:
                     loaded.subs.setdefault(key, {})[n] = value
-            elif value is not None:
+            else:
                 on_state(key, value)
         with self.lock:
             self._marked = dict(loaded.markers)

@@ -27,9 +27,9 @@ and the recovery read are the checkpoint book's (broker/checkpoints.py): a flush
 producer's poll thread, every second or every 1000 deliveries) writes the source checkpoints,
 and the partition markers only once Kafka holds them. A failed append is a hold on its source:
 until its GAP record is durable no marker moves and the source's checkpoint is not written (a
-checkpoint counting the seqs after the hole would hide the hole from recovery). Delivery reports mostly run on the poll thread but
-also on any thread inside `flush()`, so what they update is guarded by a lock of its own; a
-batch is booked only once every record in it has its outcome.
+checkpoint counting the seqs after the hole would hide the hole from recovery). Delivery reports
+mostly run on the poll thread but also on any thread inside `flush()`, so what they update is
+guarded by a lock of its own; a batch is booked only once every record in it has its outcome.
 
 Recovery (on every start). Load the checkpoints, then scan each journal partition from just after
 its marker to the end: that tail is exactly what no checkpoint covers. Per source, the next seq
@@ -518,7 +518,9 @@ class Journal:
         offset: int = self._codec.decode(value, expect=CHECKPOINT_SCHEMA)[1]["offset"]
         return offset
 
-    def _load_source(self, source: str, value: bytes) -> None:
+    def _load_source(self, source: str, value: bytes | None) -> None:
+        if value is None:
+            return
         _, cp = self._codec.decode(value, expect=CHECKPOINT_SCHEMA)
         st = self._durable.setdefault(source, _SourceState())
         if cp["seq"] >= st.seq:  # the later of two for one seq: a failure noted since

@@ -593,7 +593,9 @@ class LinkLog:
         offset: int = self._codec.decode(value, expect=CHECKPOINT_SCHEMA)[1]["offset"]
         return offset
 
-    def _load_link(self, link: str, value: bytes) -> None:
+    def _load_link(self, link: str, value: bytes | None) -> None:
+        if value is None:
+            return
         _, cp = self._codec.decode(value, expect=CHECKPOINT_SCHEMA)
         st = self._durable.get(link)
         if st is None:

@@ -90,7 +90,7 @@ class FakeKafka:
 def _book(kafka: FakeKafka, states: dict[str, int], **kwargs: object) -> CheckpointBook:
     return CheckpointBook(
         kafka, encode_state=lambda k: str(states[k]).encode() if k in states else None,
-        encode_marker=lambda p, o: str(o).encode(), decode_marker=lambda v: int(v),
+        encode_marker=lambda p, o: str(o).encode(), decode_marker=int,
         **kwargs)  # type: ignore[arg-type]
 
 
@@ -264,7 +264,7 @@ class Ledger:
         self.next: dict[str, int] = {}
         self.book = CheckpointBook(
             kafka, encode_state=self._encode, encode_marker=lambda p, o: str(o).encode(),
-            decode_marker=lambda v: int(v))
+            decode_marker=int)
 
     def _encode(self, key: str) -> bytes | None:
         return str(self.last[key]).encode() if key in self.last else None
