@@ -56,7 +56,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 
@@ -254,10 +254,11 @@ class CheckpointBook:
                 del self._holds[key]
                 self.policy.changed()
 
-    def index(self, key: str, bucket: int, offset: int, encode: Callable[[], bytes], *,
-              at: int | None = None) -> int:
+    def index(self, key: str, bucket: int, offset: int, encode: Callable[..., bytes],
+              *args: Any, at: int | None = None) -> int:
         """A record of `key` in `bucket` is at `offset`: if that is the lowest seen, remember it
-        and write the bucket's entry (`encode()`). Returns the bucket's lowest offset. Delivery
+        and write the bucket's entry (`encode(*args)`: a record per delivery calls this, so
+        nothing is built unless it is written). Returns the bucket's lowest offset. Delivery
         reports can come out of order, so the first report of a bucket need not be its
         lowest. `at`: when the record was made (default: now); pruning goes by it."""
         with self.lock:
@@ -266,7 +267,7 @@ class CheckpointBook:
             if seen is not None and seen[0] <= offset:
                 return seen[0]
             buckets[bucket] = (offset, self._clock() if at is None else at)
-            self._send_one(sub_key(key, bucket), encode())
+            self._send_one(sub_key(key, bucket), encode(*args))
         return offset
 
     def buckets(self, key: str) -> dict[int, tuple[int, int]]:

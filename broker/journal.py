@@ -50,7 +50,6 @@ the tail; a transactional producer per source owner would fence it. See the issu
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 import zlib
@@ -461,8 +460,8 @@ class Journal:
         # Each bucket's entry is the lowest offset of a record in it (read_source starts
         # there); the book keeps it so whatever order delivery reports come in.
         bucket = seq // SEQ_BUCKET
-        lowest = self._checkpoints.index(source, bucket, pos.offset,
-                                         lambda: self._encode(source, seq, pos))
+        lowest = self._checkpoints.index(source, bucket, pos.offset, self._encode, source, seq,
+                                         pos)
         if bucket >= st.indexed_bucket:
             st.indexed_bucket, st.indexed_offset = bucket, lowest
         self._checkpoints.durable(pos.partition, pos.offset)
@@ -575,9 +574,8 @@ class Journal:
                 bucket = entry.source_seq // SEQ_BUCKET
                 if bucket > st.indexed_bucket:  # the scan goes in offset order: first is lowest
                     st.indexed_bucket, st.indexed_offset = bucket, rec.position.offset
-                    book.index(entry.source, bucket, rec.position.offset,
-                               functools.partial(self._encode, entry.source,
-                                                 entry.source_seq, rec.position))
+                    book.index(entry.source, bucket, rec.position.offset, self._encode,
+                               entry.source, entry.source_seq, rec.position)
         for source, (durable, failed) in tail_pubseqs.items():
             st = self._durable[source]
             for pubseq in sorted(failed - durable):

@@ -564,8 +564,7 @@ class LinkLog:
             if record.kind is LinkKind.RESET and record.owner is not None:
                 st.owner = record.owner
         self._checkpoints.index(record.link, record.ordinal // LINK_BUCKET, pos.offset,
-                                functools.partial(self._encode, record.link, st, pos),
-                                at=record.recorded_at)
+                                self._encode, record.link, st, pos, at=record.recorded_at)
 
     def _on_failed(self, record: LinkRecord, error: JournalUnavailable) -> None:
         log.warning("link record failed; the link begins a new epoch", link=record.link,

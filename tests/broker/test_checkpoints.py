@@ -104,15 +104,17 @@ def _kinds(writes: list[tuple[bytes, bytes | None, object]]) -> list[str]:
 
 
 def test_keys_keep_todays_scheme() -> None:
-    """State, sub-record and marker keys are what the journal and link log wrote before the
-    book, and parse back."""
+    """State, sub-record and marker keys are what the journal, the link log and the item store
+    wrote before the book, and parse back."""
     assert state_key("fred@example.com") == b"fred@example.com"
     assert sub_key("fred@example.com", 3) == b"fred@example.com\x003"
     assert marker_key(7) == b"\x00partition\x007"
     assert parse_key(b"fred@example.com") == ("fred@example.com", None, None)
     assert parse_key(b"fred@example.com\x003") == ("fred@example.com", 3, None)
     assert parse_key(b"\x00partition\x007") == ("", None, 7)
-    assert parse_key(b"topic\x00item") == ("topic\x00item", None, None)
+    # the item store's keys have two parts; a message-id of digits is no sub number
+    assert parse_key(b"topic\x0042", 2) == ("topic\x0042", None, None)
+    assert parse_key(b"topic\x0042\x005", 2) == ("topic\x0042", 5, None)
 
 
 def test_states_go_out_first_and_markers_only_once_kafka_holds_them() -> None:
