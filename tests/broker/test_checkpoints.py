@@ -376,3 +376,56 @@ class BookMachine(RuleBasedStateMachine):
 
 TestBookMachine = BookMachine.TestCase
 TestBookMachine.settings = settings(max_examples=1000, stateful_step_count=60, deadline=None)
+
+
+def test_planned_phases_go_out_in_order_each_once_the_one_before_is_durable() -> None:
+    """An owner's phases (the item store: versions, then headers) are made when they go out
+    and sent one after the other, the markers after the last; the round's outcome reaches the
+    owner before another round can begin."""
+    kafka = FakeKafka()
+    made: list[str] = []
+    over: list[tuple[int, bool]] = []
+
+    def phase(name: str) -> Callable[[], list[tuple[bytes, bytes | None]]]:
+        def make() -> list[tuple[bytes, bytes | None]]:
+            made.append(name)
+            return [(sub_key("t\x00m", len(made)), name.encode())]
+        return make
+
+    book = CheckpointBook(
+        kafka, encode_state=lambda _: None, encode_marker=lambda p, o: str(o).encode(),
+        decode_marker=int, key_parts=2,
+        plan=lambda keys, number: [phase("versions"), phase("headers")],
+        on_round=lambda r: over.append((r.number, r.failed)))
+    book.changed("t\x00m")
+    book.durable(0, 3)
+    book.flush()
+    assert made == ["versions"]
+    kafka.resolve_book()
+    assert made == ["versions", "headers"]
+    assert _kinds(kafka.book_flight) == ["sub"]
+    kafka.resolve_book()
+    assert _kinds(kafka.book_flight) == ["marker"]
+    kafka.resolve_book()
+    assert over == [(1, False)]
+    assert [v for _, v in kafka.book] == [b"versions", b"headers", b"3"]
+
+
+def test_a_phase_that_cannot_be_made_fails_the_round() -> None:
+    """An encoding error in a planned phase ends the round as failed: no marker, keys dirty."""
+    kafka = FakeKafka()
+    over: list[bool] = []
+
+    def broken() -> list[tuple[bytes, bytes | None]]:
+        raise ValueError("cannot encode")
+
+    book = CheckpointBook(
+        kafka, encode_state=lambda _: None, encode_marker=lambda p, o: str(o).encode(),
+        decode_marker=int, plan=lambda keys, number: [broken],
+        on_round=lambda r: over.append(r.failed))
+    book.changed("a")
+    book.durable(0, 1)
+    round_ = book.flush()
+    assert round_ is not None and round_.failed and over == [True]
+    assert kafka.book_flight == []
+    assert book.flush() is not None  # the key is dirty again
