@@ -4,6 +4,7 @@ stateful model of appends, outcomes, flushes and crashes whose recovery must equ
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -40,10 +41,19 @@ class FakeKafka:
     log_flight: dict[int, list[tuple[bytes, bytes, Callable[[Position | None], None]]]] = \
         field(default_factory=dict)
 
+    #: set by each write; `auto`: writes are durable at once
+    wrote: threading.Event = field(default_factory=threading.Event)
+    auto: bool = False
+
     # the port
     def write(self, key: bytes, value: bytes | None,
               done: Callable[[Exception | None], None]) -> None:
+        if self.auto:
+            self.book.append((key, value))
+            done(None)
+            return
         self.book_flight.append((key, value, done))
+        self.wrote.set()
 
     def read_checkpoints(self) -> list[tuple[bytes, bytes | None]]:
         return list(self.book)
@@ -429,3 +439,26 @@ def test_a_phase_that_cannot_be_made_fails_the_round() -> None:
     assert round_ is not None and round_.failed and over == [True]
     assert kafka.book_flight == []
     assert book.flush() is not None  # the key is dirty again
+
+
+def test_settle_waits_out_a_failed_round_in_flight_and_writes_its_own() -> None:
+    """A round that was in flight when settle() began and then fails is not settle's failure:
+    it writes the keys again and returns once Kafka holds them and the markers."""
+    kafka, states = FakeKafka(), {"a": 1}
+    book = _book(kafka, states)
+    book.changed("a")
+    book.durable(0, 2)
+    book.flush()
+
+    def deliver() -> None:
+        kafka.wrote.clear()
+        kafka.resolve_book(ok=False)
+        assert kafka.wrote.wait(30)  # settle's own round
+        kafka.auto = True
+        kafka.settle_book()
+
+    worker = threading.Thread(target=deliver)
+    worker.start()
+    book.settle(timeout_s=30)
+    worker.join()
+    assert [parse_key(k) for k, _ in kafka.book] == [("a", None, None), ("", None, 0)]
