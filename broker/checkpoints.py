@@ -339,8 +339,11 @@ class CheckpointBook:
         """Write everything there is now and wait until Kafka holds it (or raise)."""
         deadline = time.monotonic() + timeout_s
         while True:
-            if not self.wait(max(0.0, deadline - time.monotonic())):
-                raise JournalUnavailable("checkpoints not durable in time")
+            busy = self._round
+            if busy is not None:  # it may predate the call: wait, then write our own
+                if not busy.done.wait(max(0.0, deadline - time.monotonic())):
+                    raise JournalUnavailable("checkpoints not durable in time")
+                continue
             round_ = self.flush()
             if round_ is None:
                 if self._round is None:
