@@ -387,6 +387,7 @@ class Journal:
         add = results.append
         errors = batch.errors
         booked: set[str] = set()
+        n = 0  # records booked here (the flush rule counts deliveries)
         hw: dict[int, int] = {}
         with self._book:
             durable, on_durable = self._durable, self._on_durable
@@ -412,11 +413,12 @@ class Journal:
                 st.seq = seq
                 st.position = pos
                 booked.add(source)
+                n += 1
                 if off > hw.get(part, -1):
                     hw[part] = off
             for part, off in hw.items():
                 self._checkpoints.durable(part, off)
-            self._checkpoints.changed_many(booked, len(booked))
+            self._checkpoints.changed_many(booked, n)
         try:
             batch.callback(results)
         except Exception:  # the caller's bug must not stop other delivery reports
