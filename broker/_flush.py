@@ -1,4 +1,5 @@
-"""When a Kafka-backed log writes its checkpoints: one rule for the journal and the link log."""
+"""When a Kafka-backed log writes its checkpoints: the rule of the checkpoint book
+(broker/checkpoints.py), for the journal, the link log and the item store."""
 
 from __future__ import annotations
 

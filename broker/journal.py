@@ -22,11 +22,14 @@ Checkpoints (the compacted `sources` topic, one partition so its order is total)
 - key `SOURCE NUL bucket` → position of the first record of seqs [bucket·1024, …): a sparse
   index that lets a read by (source, after seq) seek instead of scanning the partition;
 - key `NUL partition NUL p` → "every source's checkpoint covers partition p up to this offset".
-A flush (on the producer's poll thread, every second or every 1000 deliveries) writes the
-source checkpoints first and the partition markers last. A marker is never written past a failed
-append whose GAP record is not yet durable. Delivery reports mostly run on the poll thread but
-also on any thread inside `flush()`, so what they update is guarded by a lock of its own; a
-batch is booked only once every record in it has its outcome.
+The journal owns the source state and its schema; the key scheme, when to flush, the write order
+and the recovery read are the checkpoint book's (broker/checkpoints.py): a flush (on the
+producer's poll thread, every second or every 1000 deliveries) writes the source checkpoints,
+and the partition markers only once Kafka holds them. A failed append is a hold on its source:
+until its GAP record is durable no marker moves and the source's checkpoint is not written (a
+checkpoint counting the seqs after the hole would hide the hole from recovery). Delivery reports
+mostly run on the poll thread but also on any thread inside `flush()`, so what they update is
+guarded by a lock of its own; a batch is booked only once every record in it has its outcome.
 
 Recovery (on every start). Load the checkpoints, then scan each journal partition from just after
 its marker to the end: that tail is exactly what no checkpoint covers. Per source, the next seq
@@ -56,22 +59,22 @@ from typing import Any, NamedTuple
 
 import structlog
 
-from broker._flush import FlushPolicy
 from broker._journal_writer import DataRecordWriter
+from broker.checkpoints import CheckpointBook, Loaded
 from broker.codec import Codec, default_codec
 from broker.errors import ApexpsError, InvalidParameter, JournalUnavailable
 from broker.kafka_io import (
     Delivery,
+    KafkaCheckpoints,
     KafkaConfig,
     KafkaProducer,
     Position,
     offset_for_time,
-    partition_count,
     read_partition,
 )
 from broker.names import validate_topic
 from broker.recent import RecentJournal
-from broker.records import JournalEntry, Publication, RecordKind, gap_record, now_ms
+from broker.records import JournalEntry, Publication, RecordKind, gap_record, now_ms, to_ms
 
 __all__ = ["SEQ_BUCKET", "AppendCallback", "Appended", "BatchCallback", "Journal",
            "PublisherPosition", "RecoveryReport"]
@@ -128,9 +131,8 @@ class _SourceState:
     seq: int = 0  # last durable seq
     position: Position | None = None
     indexed_bucket: int = -1
-    #: the offset `_index` holds for `indexed_bucket` (the lowest seen of a record in it)
+    #: the offset the book's index holds for `indexed_bucket` (the lowest seen of a record in it)
     indexed_offset: int = -1
-    dirty: bool = False
     pubseq: int = 0  # highest durable publisher seq
     pub_failed: set[int] = field(default_factory=set)
 
@@ -254,15 +256,15 @@ class Journal:
         self._book = threading.RLock()
         self._next: dict[str, int] = {}
         self._durable: dict[str, _SourceState] = {}
-        self._index: dict[str, dict[int, Position]] = {}
-        self._partition_hw: dict[int, int] = {}  # highest delivered offset per partition
-        self._marked: dict[int, int] = {}
-        self._pending_gaps = 0
-        self._checkpoints = FlushPolicy()
+        # The source checkpoints, the seq index and the partition markers (broker/checkpoints.py).
+        self._checkpoints = CheckpointBook(
+            KafkaCheckpoints(config, producer, self.sources_topic, self.topic),
+            encode_state=self._encode_source, encode_marker=self._encode_marker,
+            decode_marker=self._decode_marker, lock=self._book)
         self._partitions = 0
         self._routes: dict[str, tuple[bytes, int]] = {}  # source -> (key, partition)
         self._valid_topics: set[str] = set()
-        producer.add_after_poll(self._maybe_flush)
+        producer.add_after_poll(self._checkpoints.maybe_flush)
 
     # --- appends --------------------------------------------------------------------------
 
@@ -374,10 +376,9 @@ class Journal:
                 if st is None:
                     st = self._durable[source] = _SourceState()
                 st.publisher_failed(pubseq)
-                if st.position is not None:
-                    # Checkpoint it now rather than within the second: until it is durable, a
-                    # broker that dies takes a later resend of this pubseq for a duplicate.
-                    self._write_source_checkpoint(source, st)
+                # Checkpoint it now rather than within the second: until it is durable, a
+                # broker that dies takes a later resend of this pubseq for a duplicate.
+                self._checkpoints.write_now(source)
         self._explain_failed(source, topic, seq, str(error), pubseq)
 
     def _finish(self, batch: _Batch) -> None:
@@ -385,9 +386,11 @@ class Journal:
         results: list[Appended | JournalUnavailable] = []
         add = results.append
         errors = batch.errors
-        booked = 0
+        booked: set[str] = set()
+        n = 0  # records booked here (the flush rule counts deliveries)
+        hw: dict[int, int] = {}
         with self._book:
-            durable, hw, on_durable = self._durable, self._partition_hw, self._on_durable
+            durable, on_durable = self._durable, self._on_durable
             for i, (source, seq, part, off, pubseq) in enumerate(
                     zip(batch.sources, batch.seqs, batch.parts, batch.offsets, batch.pubseqs,
                         strict=True)):
@@ -409,11 +412,13 @@ class Journal:
                     st.publisher_durable(pubseq)
                 st.seq = seq
                 st.position = pos
-                st.dirty = True
+                booked.add(source)
+                n += 1
                 if off > hw.get(part, -1):
                     hw[part] = off
-                booked += 1
-            self._checkpoints.changed(booked)
+            for part, off in hw.items():
+                self._checkpoints.durable(part, off)
+            self._checkpoints.changed_many(booked, n)
         try:
             batch.callback(results)
         except Exception:  # the caller's bug must not stop other delivery reports
@@ -442,8 +447,7 @@ class Journal:
         """Write every source checkpoint and partition marker now (they are otherwise written
         within a second) and wait until Kafka holds them: the next recovery scans no tail."""
         self.flush(timeout_s)
-        self._flush_checkpoints()
-        self.flush(timeout_s)
+        self._checkpoints.settle(timeout_s)
 
     # Runs under _book, on the poll thread (delivery callbacks) or inside a flush().
     def _on_durable(self, source: str, seq: int, pos: Position,
@@ -455,26 +459,19 @@ class Journal:
             st.publisher_durable(pubseq)
         if seq >= st.seq:  # the position of the highest durable seq, whatever order reports
             st.seq, st.position = seq, pos  # come in
-        st.dirty = True
         # Each bucket's entry is the lowest offset of a record in it (read_source starts
-        # there). Delivery reports can come out of order when a flush() serves some while the
-        # poll thread serves others, so the first report of a bucket need not be its lowest.
+        # there); the book keeps it so whatever order delivery reports come in.
         bucket = seq // SEQ_BUCKET
-        index = self._index.setdefault(source, {})
-        known = index.get(bucket)
-        if known is None or pos.offset < known.offset:
-            index[bucket] = pos
-            self._write_checkpoint(f"{source}\x00{bucket}", source, seq, pos)
+        lowest = self._checkpoints.index(source, bucket, pos.offset, self._encode, source, seq,
+                                         pos)
         if bucket >= st.indexed_bucket:
-            st.indexed_bucket, st.indexed_offset = bucket, index[bucket].offset
-        if pos.offset > self._partition_hw.get(pos.partition, -1):
-            self._partition_hw[pos.partition] = pos.offset
-        self._checkpoints.changed()
+            st.indexed_bucket, st.indexed_offset = bucket, lowest
+        self._checkpoints.durable(pos.partition, pos.offset)
+        self._checkpoints.changed(source)
 
     def _explain_failed(self, source: str, topic: str, seq: int, reason: str,
                         pubseq: int | None = None) -> None:
-        with self._book:
-            self._pending_gaps += 1
+        self._checkpoints.hold(source)
         # The GAP names the failed publisher seq, so recovery knows a resend of it is no
         # duplicate (it adds the pubseq to the source's failed set).
         value = self._codec.encode(SCHEMA, gap_record(source, topic, seq, seq,
@@ -489,48 +486,52 @@ class Journal:
                     self._explain_failed(source, topic, seq, reason, pubseq)
                 else:
                     self._on_durable(source, seq, pos)
-                self._pending_gaps -= 1
+                self._checkpoints.release(source)
 
         try:
             self._producer.produce(self.topic, source.encode(), value, done,
                                    partition=self.partition_for(source))
         except JournalUnavailable as exc:
-            # The pending count stays raised: no partition marker moves again in this process,
+            # The hold stays: no partition marker moves again in this process,
             # so the next start rescans this tail and writes the GAP itself.
             log.error("could not queue a GAP record; a restart will explain the hole",
                       source=source, seq=seq, error=str(exc))
 
-    def _write_checkpoint(self, key: str, source: str, seq: int, pos: Position, *,
-                          pubseq: int = 0, failed: Iterable[int] = ()) -> None:
-        value = self._codec.encode(CHECKPOINT_SCHEMA, {
+    def _encode(self, source: str, seq: int, pos: Position, *, pubseq: int = 0,
+                failed: Iterable[int] = ()) -> bytes:
+        return self._codec.encode(CHECKPOINT_SCHEMA, {
             "source": source, "seq": seq, "partition": pos.partition, "offset": pos.offset,
             "updated_at": now_ms(), "publisher_seq": pubseq,
             "publisher_failed": sorted(failed),
         })
-        self._producer.produce(self.sources_topic, key.encode(), value, _ignore, partition=0)
 
-    def _write_source_checkpoint(self, source: str, st: _SourceState) -> None:
-        assert st.position is not None
-        self._write_checkpoint(source, source, st.seq, st.position, pubseq=st.pubseq,
-                               failed=st.pub_failed)
+    def _encode_source(self, source: str) -> bytes | None:
+        st = self._durable.get(source)
+        if st is None or st.position is None:
+            return None
+        return self._encode(source, st.seq, st.position, pubseq=st.pubseq,
+                            failed=st.pub_failed)
 
-    def _maybe_flush(self) -> None:
-        if self._checkpoints.due():
-            self._flush_checkpoints()
+    def _encode_marker(self, partition: int, offset: int) -> bytes:
+        return self._encode("", -1, Position(partition, offset))
 
-    def _flush_checkpoints(self) -> None:
-        with self._book:
-            for source, st in self._durable.items():
-                if st.dirty and st.position is not None:
-                    self._write_source_checkpoint(source, st)
-                    st.dirty = False
-            if self._pending_gaps == 0:
-                for part, off in self._partition_hw.items():
-                    if self._marked.get(part) != off:
-                        self._write_checkpoint(f"\x00partition\x00{part}", "", -1,
-                                               Position(part, off))
-                        self._marked[part] = off
-            self._checkpoints.flushed()
+    def _decode_marker(self, value: bytes) -> int:
+        offset: int = self._codec.decode(value, expect=CHECKPOINT_SCHEMA)[1]["offset"]
+        return offset
+
+    def _load_source(self, source: str, value: bytes | None) -> None:
+        if value is None:
+            return
+        _, cp = self._codec.decode(value, expect=CHECKPOINT_SCHEMA)
+        st = self._durable.setdefault(source, _SourceState())
+        if cp["seq"] >= st.seq:  # the later of two for one seq: a failure noted since
+            st.seq, st.position = cp["seq"], Position(cp["partition"], cp["offset"])
+            st.pubseq = max(st.pubseq, cp["publisher_seq"])
+            st.pub_failed = set(cp["publisher_failed"])
+
+    def _load_bucket(self, value: bytes) -> tuple[int, int]:
+        _, cp = self._codec.decode(value, expect=CHECKPOINT_SCHEMA)
+        return cp["offset"], to_ms(cp["updated_at"]) or 0
 
     # --- recovery -------------------------------------------------------------------------
 
@@ -538,29 +539,15 @@ class Journal:
         """Rebuild every source's position from Kafka; explain holes; ready for appends."""
         started = time.monotonic()
         report = RecoveryReport()
-        self._partitions = partition_count(self.config, self.topic)
-        markers: dict[int, int] = {}
-        for rec in read_partition(self.config, self.sources_topic, 0):
-            if rec.key is None or rec.value is None:
-                continue
-            _, cp = self._codec.decode(rec.value, expect=CHECKPOINT_SCHEMA)
-            key = rec.key.decode()
-            pos = Position(cp["partition"], cp["offset"])
-            if key.startswith("\x00partition\x00"):
-                markers[pos.partition] = pos.offset
-            elif "\x00" in key:
-                src, bucket_text = key.rsplit("\x00", 1)
-                self._index.setdefault(src, {})[int(bucket_text)] = pos
-            else:
-                st = self._durable.setdefault(key, _SourceState())
-                if cp["seq"] >= st.seq:  # the later of two for one seq: a failure noted since
-                    st.seq, st.position = cp["seq"], pos
-                    st.pubseq = max(st.pubseq, cp["publisher_seq"])
-                    st.pub_failed = set(cp["publisher_failed"])
-        for src, buckets in self._index.items():
-            st = self._durable.setdefault(src, _SourceState())
-            st.indexed_bucket = max(buckets)
-            st.indexed_offset = buckets[st.indexed_bucket].offset
+        book = self._checkpoints
+        self._partitions = book.port.partitions()
+        loaded: Loaded = book.load(self._load_source, bucket_at=self._load_bucket)
+        for src in loaded.subs:
+            buckets = book.buckets(src)
+            if buckets:
+                st = self._durable.setdefault(src, _SourceState())
+                st.indexed_bucket = max(buckets)
+                st.indexed_offset = buckets[st.indexed_bucket][0]
         holes: list[tuple[str, str, int, int]] = []
         # source -> (pubseqs of DATA, pubseqs of failed appends' GAPs) anywhere in the tail. A
         # GAP with a pubseq is in the tail only if no marker passed the failure, so the resend
@@ -568,8 +555,7 @@ class Journal:
         # retried): the tail alone says which failures are still open.
         tail_pubseqs: dict[str, tuple[set[int], set[int]]] = {}
         for part in range(self._partitions):
-            start = markers[part] + 1 if part in markers else None
-            for rec in read_partition(self.config, self.topic, part, start):
+            for rec in book.tail(loaded, part):
                 report.scanned += 1
                 entry = self._decode_entry(rec.position, rec.value)
                 st = self._durable.setdefault(entry.source, _SourceState())
@@ -585,21 +571,20 @@ class Journal:
                     continue
                 if entry.source_seq > st.seq + 1:
                     holes.append((entry.source, entry.topic, st.seq + 1, entry.source_seq - 1))
-                st.seq, st.position, st.dirty = entry.last_seq, rec.position, True
+                st.seq, st.position = entry.last_seq, rec.position
+                book.changed(entry.source)
                 bucket = entry.source_seq // SEQ_BUCKET
                 if bucket > st.indexed_bucket:  # the scan goes in offset order: first is lowest
                     st.indexed_bucket, st.indexed_offset = bucket, rec.position.offset
-                    self._index.setdefault(entry.source, {})[bucket] = rec.position
-                    self._write_checkpoint(f"{entry.source}\x00{bucket}", entry.source,
-                                           entry.source_seq, rec.position)
-                self._partition_hw[part] = rec.position.offset
+                    book.index(entry.source, bucket, rec.position.offset, self._encode,
+                               entry.source, entry.source_seq, rec.position)
         for source, (durable, failed) in tail_pubseqs.items():
             st = self._durable[source]
             for pubseq in sorted(failed - durable):
                 st.publisher_failed(pubseq)
             for pubseq in durable:
                 st.publisher_durable(pubseq)
-            st.dirty = True
+            book.changed(source)
         # GAP records explain holes that were only filled *after* the later seqs: scan order
         # saw the hole first, so drop holes a later GAP in the same tail already covers.
         holes = [h for h in holes if not self._gap_covered(h)]
@@ -613,8 +598,10 @@ class Journal:
         with self._lock:
             for src, st in self._durable.items():
                 self._next[src] = st.seq + 1
-        self._flush_checkpoints()
-        self._producer.flush(30)
+        book.flush()
+        if not book.wait(30):
+            log.warning("journal checkpoints not durable after recovery; the next start"
+                        " rescans further")
         report.sources = len(self._durable)
         report.seconds = time.monotonic() - started
         log.info("journal recovered", sources=report.sources, scanned=report.scanned,
@@ -665,9 +652,9 @@ class Journal:
         key = source.encode()
         want = (after_seq + 1) // SEQ_BUCKET
         start: int | None = None
-        for bucket, pos in self._index.get(source, {}).items():
-            if bucket <= want and (start is None or pos.offset > start):
-                start = pos.offset
+        for bucket, (offset, _) in self._checkpoints.buckets(source).items():
+            if bucket <= want and (start is None or offset > start):
+                start = offset
         kept = None if self.recent is None or start is None else self.recent.scan(part, start)
         if kept is not None:
             entries, start = kept
@@ -708,7 +695,3 @@ def _call_back(callback: AppendCallback, err: Exception | None, res: Appended | 
     except Exception:  # the caller's bug must not stop other delivery reports
         log.exception("append callback failed")
 
-
-def _ignore(err: Exception | None, pos: Position | None) -> None:
-    if err is not None:
-        log.warning("checkpoint write failed; recovery will rescan further", error=str(err))

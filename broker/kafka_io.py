@@ -38,6 +38,7 @@ from broker.errors import JournalUnavailable, KafkaNotFound
 __all__ = [
     "DEFAULT_BOOTSTRAP",
     "Delivery",
+    "KafkaCheckpoints",
     "KafkaConfig",
     "KafkaProducer",
     "PartitionReader",
@@ -632,3 +633,33 @@ class Tail:
 
     def close(self) -> None:
         self._c.close()
+
+
+class KafkaCheckpoints:
+    """A log's checkpoint book on Kafka (the port of broker.checkpoints.CheckpointBook): its
+    records go to partition 0 of the compacted `book_topic` through the broker's producer; its
+    tails are read from `log_topic`."""
+
+    def __init__(self, config: KafkaConfig, producer: KafkaProducer, book_topic: str,
+                 log_topic: str) -> None:
+        self.config = config
+        self.producer = producer
+        self.book_topic = book_topic
+        self.log_topic = log_topic
+
+    def write(self, key: bytes, value: bytes | None,
+              done: Callable[[Exception | None], None]) -> None:
+        self.producer.produce(self.book_topic, key, value,
+                              lambda err, _pos: done(err), partition=0)
+
+    def read_checkpoints(self) -> Iterator[tuple[bytes, bytes | None]]:
+        for rec in read_partition(self.config, self.book_topic, 0):
+            if rec.key is not None:
+                yield rec.key, rec.value
+
+    def partitions(self) -> int:
+        return partition_count(self.config, self.log_topic)
+
+    def read_tail(self, partition: int, start: int | None,
+                  end: int | None = None) -> Iterator[StoredRecord]:
+        return read_partition(self.config, self.log_topic, partition, start, end)

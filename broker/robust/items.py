@@ -36,7 +36,10 @@ them, the markers. (Kafka may refuse one batch and take the next; a header whose
 refused would make a recovery skip what it could not hold.) Keys that no longer matter (a
 replaced image and its deltas, a dropped item's header) are tombstoned one checkpoint later,
 once a marker covering the change is durable: until then a recovery may still need them. A
-failed checkpoint leaves its items dirty and writes no marker.
+failed checkpoint leaves its items dirty and writes no marker. The key scheme (headers are the
+checkpoint book's states, versions its sub-records), the rounds and their phase order, the flush
+rule and the recovery read are broker/checkpoints.py's; the store plans each round's versions
+and headers and undoes what a failed round assumed.
 
 Recovery (`recover`, by the broker at start, before its journal follower). Load the compacted
 topic, rebuild every item from its header and versions, then replay the journal from just after
@@ -72,22 +75,22 @@ import heapq
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
 import structlog
 
+from broker._flush import FlushPolicy
+from broker.checkpoints import CheckpointBook, Loaded, Phase, Round, Write, state_key, sub_key
 from broker.codec import Codec, default_codec
-from broker.errors import ApexpsError, InvalidParameter, JournalUnavailable
+from broker.errors import ApexpsError, InvalidParameter
 from broker.journal import SCHEMA as JOURNAL_SCHEMA
 from broker.kafka_io import (
-    Delivery,
+    KafkaCheckpoints,
     KafkaConfig,
     KafkaProducer,
     Position,
-    partition_count,
-    read_partition,
     watermarks,
 )
 from broker.records import JournalEntry, PublishType, RecordKind, now_ms
@@ -192,16 +195,22 @@ class ItemRecoveryReport:
     seconds: float = 0.0
 
 
+def _joined(key: ItemKey) -> str:
+    """The checkpoint book's key of an item (its header's key)."""
+    return f"{key[0]}\x00{key[1]}"
+
+
+def _split(key: str) -> ItemKey:
+    topic, _, mid = key.partition("\x00")
+    return (topic, mid)
+
+
 def _header_key(key: ItemKey) -> bytes:
-    return f"{key[0]}\x00{key[1]}".encode()
+    return state_key(_joined(key))
 
 
 def _version_key(key: ItemKey, order: int) -> bytes:
-    return f"{key[0]}\x00{key[1]}\x00{order}".encode()
-
-
-def _marker_key(partition: int) -> bytes:
-    return f"\x00partition\x00{partition}".encode()
+    return sub_key(_joined(key), order)
 
 
 def _journal_avro(e: JournalEntry) -> dict[str, Any]:
@@ -226,41 +235,12 @@ class _Garbage:
 
 
 @dataclass
-class _Round:
-    """One checkpoint in flight: what it wrote and what to restore should any of it fail."""
+class _Undo:
+    """What to restore should round `number` fail."""
 
-    number: int
-    #: written in phases, each once the one before is durable: versions (and tombstones), then
-    #: the headers naming them, then the markers
-    versions: list[tuple[bytes, bytes | None]]
-    headers: list[tuple[bytes, bytes | None]]
-    markers: dict[int, int]
-    order: int
-    keys: set[ItemKey]
-    #: item -> the versions its durable header named before this round (None: no header)
+    #: item -> the versions its durable header named before the round (None: no header)
     previous: dict[ItemKey, tuple[int, ...] | None]
     collected: list[_Garbage]
-    left: list[int] = field(default_factory=list)
-    phase: int = 0  # 0: versions out, 1: headers out, 2: markers out
-    failed: bool = False
-    done: threading.Event = field(default_factory=threading.Event)
-
-
-class _Written(Delivery):
-    __slots__ = ("round", "store")
-
-    def __init__(self, store: ItemStore, round_: _Round) -> None:
-        self.store = store
-        self.round = round_
-
-    def delivered(self, partition: int, offset: int) -> None:
-        self.store._tick(self.round)
-
-    def failed(self, error: JournalUnavailable) -> None:
-        if not self.round.failed:
-            log.warning("item checkpoint record failed; its items stay dirty", error=str(error))
-        self.round.failed = True
-        self.store._tick(self.round)
 
 
 class ItemStore:
@@ -281,27 +261,31 @@ class ItemStore:
         self._producer = producer
         self._codec = codec or default_codec()
         self._clock = clock
-        # Guards everything below; apply and snapshot take it on the event loop, a checkpoint
-        # on the poll thread, only long enough to capture references.
-        self._lock = threading.Lock()
+        # Guards everything below and the checkpoint book; apply and snapshot take it on the
+        # event loop, a checkpoint on the poll thread, only long enough to capture references.
+        self._lock = threading.RLock()
         self._items: dict[str, dict[str, ItemState]] = {}
         #: journal partition -> last offset applied
         self._applied: dict[int, int] = {}
         self._partitions = 0
         self._order = 0
-        self._dirty: set[ItemKey] = set()
-        self._moved = False  # positions applied changed since the last captured checkpoint
-        self._since = 0  # messages applied since the last checkpoint began
         #: item -> the orders its newest written header names
         self._stored: dict[ItemKey, tuple[int, ...]] = {}
         self._garbage: list[_Garbage] = []
-        self._marked: dict[int, int] = {}
-        self._rounds = 0  # checkpoints begun
         self._complete = 0  # the newest checkpoint whose markers are durable
-        self._round: _Round | None = None
-        self._last = time.monotonic()
+        self._undo: dict[int, _Undo] = {}
+        self._loaded_order = 0  # the highest order the markers name (recovery)
         self._enabled = False  # only the broker that recovered the store writes it
         self._resume: dict[int, int] = {}
+        # The headers are the book's states, the versions its sub-records; the markers cover
+        # the journal positions applied (broker/checkpoints.py).
+        self._book = CheckpointBook(
+            KafkaCheckpoints(config, producer, self.topic, self.journal_topic),
+            encode_state=lambda _: None, encode_marker=self._encode_marker,
+            decode_marker=self._decode_marker, plan=self._plan, extra=self._garbage_due,
+            key_parts=2, lock=self._lock,
+            policy=FlushPolicy(CHECKPOINT_EVERY, CHECKPOINT_INTERVAL_S), clock=clock,
+            on_round=self._round_over)
         producer.add_after_poll(self._maybe_checkpoint)
 
     # --- the live path (event loop) -------------------------------------------------------
@@ -312,15 +296,18 @@ class ItemStore:
         restart the follower may start before where recovery ended (broker/robust/fanout.py)."""
         with self._lock:
             applied = self._applied
+            moved: set[int] = set()
             for entry in entries:
                 pos = entry.position
                 if pos.offset <= applied.get(pos.partition, -1):
                     continue
                 applied[pos.partition] = pos.offset
-                self._moved = True
+                moved.add(pos.partition)
                 mid = entry.message_id
                 if mid is not None and entry.kind is RecordKind.DATA:
                     self._apply_one(entry, mid)
+            for part in moved:
+                self._book.durable(part, applied[part])
 
     def _apply_one(self, entry: JournalEntry, mid: str) -> None:
         if "\x00" in mid:  # cannot be keyed; the codecs never let one through
@@ -335,15 +322,13 @@ class ItemStore:
             self._items.setdefault(entry.topic, {})[mid] = new
         elif by_id is not None and by_id.pop(mid, None) is not None and not by_id:
             del self._items[entry.topic]
-        self._dirty.add((entry.topic, mid))
-        self._since += 1
+        self._book.changed(f"{entry.topic}\x00{mid}")
 
     def forget_topic(self, topic: str) -> int:
         """The topic was deleted: its items go with it (returns how many)."""
         with self._lock:
             gone = self._items.pop(topic, {})
-            self._dirty.update((topic, mid) for mid in gone)
-            self._since += len(gone)
+            self._book.changed_many((f"{topic}\x00{mid}" for mid in gone), len(gone))
         return len(gone)
 
     def snapshot(self, topic: str, message_id: str | None = None) -> list[JournalEntry]:
@@ -393,32 +378,13 @@ class ItemStore:
     # --- checkpoints (poll thread) --------------------------------------------------------
 
     def _maybe_checkpoint(self) -> None:
-        if not self._enabled or self._round is not None:
-            return
-        if self._since < CHECKPOINT_EVERY \
-                and time.monotonic() - self._last < CHECKPOINT_INTERVAL_S:
-            return
-        self._begin()
+        if self._enabled:
+            self._book.maybe_flush()
 
     def checkpoint(self, timeout_s: float = 30.0) -> None:
         """Write everything applied so far and wait until Kafka holds it (close, tests)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            busy = self._round
-            if busy is not None:  # it may predate the call: wait, then write our own
-                if not busy.done.wait(max(0.0, deadline - time.monotonic())):
-                    raise JournalUnavailable("item checkpoint not durable in time")
-                continue
-            mine = self._begin()
-            if mine is None:
-                if self._round is None:
-                    return  # nothing to write
-                continue
-            if not mine.done.wait(max(0.0, deadline - time.monotonic())):
-                raise JournalUnavailable("item checkpoint not durable in time")
-            if mine.failed:
-                raise JournalUnavailable("item checkpoint failed; its items stay dirty")
-            return
+        if self._enabled:
+            self._book.settle(timeout_s)
 
     def close(self, timeout_s: float = 30.0) -> None:
         """A last checkpoint, then no more: the producer is about to close."""
@@ -428,71 +394,83 @@ class ItemStore:
             with self._lock:
                 self._enabled = False
 
-    def _begin(self) -> _Round | None:
-        """Capture what changed (under the lock: references only) and send it; None if there
-        is nothing to write."""
-        with self._lock:
-            if not self._enabled or self._round is not None:
-                return None
-            self._last = time.monotonic()
-            self._since = 0
-            ready = [g for g in self._garbage if g.after <= self._complete]
-            if not self._dirty and not self._moved and not ready:
-                return None
-            self._rounds += 1
-            number = self._rounds
-            dirty, self._dirty = self._dirty, set()
-            self._garbage = [g for g in self._garbage if g.after > self._complete]
-            # A dropped item's header key is in use again once the item lives again.
-            collected = [g for g in ready if g.order is not None
-                         or g.key[1] not in self._items.get(g.key[0], {})]
-            covers = [self._applied.get(p, -1) for p in range(self._partitions)]
-            round_ = _Round(number, [], [], {p: o for p, o in enumerate(covers)
-                                             if self._marked.get(p) != o},
-                            self._order, dirty, {}, collected)
-            #: (item, its state (None: dropped), the versions to write, the orders it names)
-            plan: list[tuple[ItemKey, ItemState | None, list[ItemVersion], tuple[int, ...]]] = []
-            for key in dirty:
-                state = self._items.get(key[0], {}).get(key[1])
-                stored = self._stored.get(key)
-                round_.previous[key] = stored
-                if state is None:
-                    if stored is None:
-                        continue  # born and dropped between two checkpoints: nothing written
-                    del self._stored[key]
-                    self._garbage.append(_Garbage(number, key, None))
-                    self._garbage.extend(_Garbage(number, key, o) for o in stored)
-                    plan.append((key, None, [], ()))
-                    continue
-                orders = tuple(v.order for v in state.versions)
-                had = set(stored or ())
-                self._garbage.extend(_Garbage(number, key, o) for o in had - set(orders))
-                self._stored[key] = orders
-                plan.append((key, state, [v for v in state.versions if v.order not in had],
-                             orders))
-            self._moved = False
-            self._round = round_
-        # A header only once every version it names is durable (Kafka may refuse one batch and
-        # take the next): a header whose covers skip a message it could not hold loses it.
-        # Tombstones go first: a header written after the tombstone of its own key stands.
-        versions = round_.versions
-        for g in collected:
-            versions.append((_header_key(g.key) if g.order is None
-                             else _version_key(g.key, g.order), None))
+    def _garbage_due(self) -> bool:
+        return any(g.after <= self._complete for g in self._garbage)
+
+    def _plan(self, keys: set[str], number: int) -> list[Phase]:
+        """Round `number`'s phases for the items `keys` (under the lock, as the book calls it:
+        references only; the records are encoded when their phase goes out). A header only
+        once every version it names is durable (Kafka may refuse one batch and take the next):
+        a header whose covers skip a message it could not hold loses it. Tombstones go first:
+        a header written after the tombstone of its own key stands."""
+        ready = [g for g in self._garbage if g.after <= self._complete]
+        self._garbage = [g for g in self._garbage if g.after > self._complete]
+        # A dropped item's header key is in use again once the item lives again.
+        collected = [g for g in ready if g.order is not None
+                     or g.key[1] not in self._items.get(g.key[0], {})]
+        covers = [self._applied.get(p, -1) for p in range(self._partitions)]
+        undo = self._undo[number] = _Undo({}, collected)
+        #: (item, its state (None: dropped), the versions to write, the orders it names)
+        plan: list[tuple[ItemKey, ItemState | None, list[ItemVersion], tuple[int, ...]]] = []
+        for key in map(_split, keys):
+            state = self._items.get(key[0], {}).get(key[1])
+            stored = self._stored.get(key)
+            undo.previous[key] = stored
+            if state is None:
+                if stored is None:
+                    continue  # born and dropped between two checkpoints: nothing written
+                del self._stored[key]
+                self._garbage.append(_Garbage(number, key, None))
+                self._garbage.extend(_Garbage(number, key, o) for o in stored)
+                plan.append((key, None, [], ()))
+                continue
+            orders = tuple(v.order for v in state.versions)
+            had = set(stored or ())
+            self._garbage.extend(_Garbage(number, key, o) for o in had - set(orders))
+            self._stored[key] = orders
+            plan.append((key, state, [v for v in state.versions if v.order not in had], orders))
         now = self._clock()
-        try:
-            for key, state, new, orders in plan:
-                versions.extend((_version_key(key, v.order), self._version(key, v))
-                                for v in new)
-                round_.headers.append((_header_key(key), self._header(
-                    key, orders, state is None, covers, now)))
-        except ApexpsError as exc:  # never expected: what the journal held encodes again
-            log.error("item checkpoint could not be encoded", error=str(exc))
-            round_.failed = True
-            self._fail(round_)
-            return round_
-        self._send(round_, versions)
-        return round_
+
+        def versions() -> list[Write]:
+            out: list[Write] = [(_header_key(g.key) if g.order is None
+                                 else _version_key(g.key, g.order), None) for g in collected]
+            for key, _, new, _ in plan:
+                out.extend((_version_key(key, v.order), self._version(key, v)) for v in new)
+            return out
+
+        def headers() -> list[Write]:
+            return [(_header_key(key), self._header(key, orders, state is None, covers, now))
+                    for key, state, _, orders in plan]
+
+        return [versions, headers]
+
+    def _round_over(self, round_: Round) -> None:
+        """Book the outcome of a round (lock held): complete, or undo what it assumed."""
+        undo = self._undo.pop(round_.number)
+        if not round_.failed:
+            self._complete = round_.number
+            return
+        for key, stored in undo.previous.items():
+            if stored is None:
+                self._stored.pop(key, None)
+            else:
+                self._stored[key] = stored
+        # Tombstones that were due stay due; this round's garbage waits for the next.
+        self._garbage.extend(_Garbage(0, g.key, g.order) for g in undo.collected)
+        for g in self._garbage:
+            if g.after == round_.number:
+                g.after = round_.number + 1
+
+    def _encode_marker(self, partition: int, offset: int) -> bytes:
+        return self._codec.encode(MARKER_SCHEMA, {
+            "partition": partition, "offset": offset, "order": self._order,
+            "updated_at": self._clock()})
+
+    def _decode_marker(self, value: bytes) -> int:
+        _, m = self._codec.decode(value, expect=MARKER_SCHEMA)
+        self._loaded_order = max(self._loaded_order, m["order"])
+        offset: int = m["offset"]
+        return offset
 
     def _header(self, key: ItemKey, orders: tuple[int, ...], dropped: bool, covers: list[int],
                 now: int) -> bytes:
@@ -508,61 +486,6 @@ class ItemStore:
             "journal_offset": entry.position.offset,
             "record": self._codec.encode(JOURNAL_SCHEMA, _journal_avro(entry))})
 
-    def _send(self, round_: _Round, records: list[tuple[bytes, bytes | None]]) -> None:
-        """Produce `records`; `_tick` moves the round on once each has its outcome."""
-        round_.left = list(range(len(records) + 1))  # a token per record, one for the send
-        for key, value in records:
-            try:
-                self._producer.produce(self.topic, key, value, _Written(self, round_),
-                                       partition=0)
-            except ApexpsError as exc:
-                log.warning("item checkpoint record refused", error=str(exc))
-                round_.failed = True
-                round_.left.pop()
-        self._tick(round_)
-
-    def _tick(self, round_: _Round) -> None:
-        """One outcome of the round's current phase; the last one moves the round on: from the
-        versions to the headers, to the markers, to complete."""
-        if round_.left.pop():
-            return
-        if round_.failed:
-            self._fail(round_)
-            return
-        round_.phase += 1
-        if round_.phase == 1:
-            headers, round_.headers = round_.headers, []
-            self._send(round_, headers)
-            return
-        if round_.phase == 2:
-            now = self._clock()
-            self._send(round_, [(_marker_key(p), self._codec.encode(MARKER_SCHEMA, {
-                "partition": p, "offset": o, "order": round_.order, "updated_at": now}))
-                for p, o in round_.markers.items()])
-            return
-        with self._lock:
-            self._marked.update(round_.markers)
-            self._complete = round_.number
-            self._round = None
-        round_.done.set()
-
-    def _fail(self, round_: _Round) -> None:
-        with self._lock:
-            self._dirty |= round_.keys
-            self._moved = True
-            for key, stored in round_.previous.items():
-                if stored is None:
-                    self._stored.pop(key, None)
-                else:
-                    self._stored[key] = stored
-            # Tombstones that were due stay due; this round's garbage waits for the next.
-            self._garbage.extend(_Garbage(0, g.key, g.order) for g in round_.collected)
-            for g in self._garbage:
-                if g.after == round_.number:
-                    g.after = round_.number + 1
-            self._round = None
-        round_.done.set()
-
     # --- recovery -------------------------------------------------------------------------
 
     def recover(self, created: Callable[[str], int | None] | None = None,
@@ -576,32 +499,17 @@ class ItemStore:
         started = time.monotonic()
         report = ItemRecoveryReport()
         headers: dict[ItemKey, dict[str, Any]] = {}
-        versions: dict[ItemKey, dict[int, bytes]] = {}
-        markers: dict[int, int] = {}
-        top = 0
-        for rec in read_partition(self.config, self.topic, 0):
-            if rec.key is None:
-                continue
-            parts = rec.key.decode().split("\x00")
-            if parts[0] == "":
-                if rec.value is not None:
-                    _, m = self._codec.decode(rec.value, expect=MARKER_SCHEMA)
-                    markers[m["partition"]] = m["offset"]
-                    top = max(top, m["order"])
-                continue
-            key = (parts[0], parts[1])
-            if len(parts) == 2:
-                if rec.value is None:
-                    headers.pop(key, None)
-                else:
-                    headers[key] = self._codec.decode(rec.value, expect=HEADER_SCHEMA)[1]
-                continue
-            order = int(parts[2])
-            top = max(top, order)
-            if rec.value is None:
-                versions.get(key, {}).pop(order, None)
+
+        def on_header(key: str, value: bytes | None) -> None:
+            if value is None:
+                headers.pop(_split(key), None)
             else:
-                versions.setdefault(key, {})[order] = rec.value
+                headers[_split(key)] = self._codec.decode(value, expect=HEADER_SCHEMA)[1]
+
+        book = self._book
+        loaded: Loaded = book.load(on_header)
+        versions = {_split(k): v for k, v in loaded.subs.items()}
+        top = max(loaded.top_sub, self._loaded_order)
         covers: dict[ItemKey, list[int]] = {}
         with self._lock:
             for key, header in headers.items():
@@ -628,11 +536,10 @@ class ItemStore:
             for key, left in versions.items():  # written by a checkpoint that never finished
                 self._garbage.extend(_Garbage(1, key, o) for o in left)
             self._order = top
-            self._partitions = partition_count(self.config, self.journal_topic)
+            self._partitions = book.port.partitions()
             ends = {p: watermarks(self.config, self.journal_topic, p)[1]
                     for p in range(self._partitions)}
-            tails = [self._journal_tail(p, markers[p] + 1 if p in markers else None, ends[p])
-                     for p in range(self._partitions)]
+            tails = [self._journal_tail(loaded, p, ends[p]) for p in range(self._partitions)]
             for entry in heapq.merge(*tails, key=attrgetter("appended_at")):
                 report.scanned += 1
                 mid = entry.message_id
@@ -650,8 +557,7 @@ class ItemStore:
                 report.replayed += 1
             for p, end in ends.items():
                 self._applied[p] = max(self._applied.get(p, -1), end - 1)
-            self._marked = dict(markers)
-            self._moved = True
+                book.durable(p, self._applied[p])
             self._resume = ends
             self._enabled = True
             report.items = sum(len(by_id) for by_id in self._items.values())
@@ -669,7 +575,7 @@ class ItemStore:
                 first = state.versions[0].entry.appended_at
                 if born is None or first < born:
                     del by_id[mid]
-                    self._dirty.add((topic, mid))
+                    self._book.changed(f"{topic}\x00{mid}")
             if not by_id:
                 del self._items[topic]
 
@@ -678,9 +584,9 @@ class ItemStore:
         _, rec = self._codec.decode(v["record"], expect=JOURNAL_SCHEMA)
         return JournalEntry.from_avro(Position(v["journal_partition"], v["journal_offset"]), rec)
 
-    def _journal_tail(self, partition: int, start: int | None, end: int,
+    def _journal_tail(self, loaded: Loaded, partition: int, end: int,
                       ) -> Iterator[JournalEntry]:
-        for rec in read_partition(self.config, self.journal_topic, partition, start, end):
+        for rec in self._book.tail(loaded, partition, end):
             if rec.value is None:
                 continue
             try:

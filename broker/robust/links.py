@@ -32,8 +32,10 @@ Checkpoints (the compacted `NS.linkindex` topic, one partition, the journal's `s
   partition from its start;
 - key `NUL partition NUL p` → every link's checkpoint covers partition p up to this offset.
 Delivery reports book each record as it becomes durable (they arrive in offset order per
-partition); a flush on the producer's poll thread, every second or 1000 deliveries, writes the
-dirty link checkpoints first and the partition markers last.
+partition). The key scheme, the flush (on the producer's poll thread, every second or 1000
+deliveries: the dirty link checkpoints, then the partition markers once Kafka holds them), the
+pruning of index buckets past the retention window and the recovery read are the checkpoint
+book's (broker/checkpoints.py); the link log owns its state and schema.
 
 Recovery (`recover`, on every start). Load the checkpoints, then scan each links partition from
 just after its marker to the end; per link the last durable record is the highest ordinal seen,
@@ -57,13 +59,13 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple
 
 import structlog
 
-from broker._flush import FlushPolicy
+from broker.checkpoints import CheckpointBook, Loaded
 from broker.codec import Codec, default_codec
 from broker.errors import (
     BadGapRange,
@@ -75,6 +77,7 @@ from broker.errors import (
 )
 from broker.kafka_io import (
     Delivery,
+    KafkaCheckpoints,
     KafkaConfig,
     KafkaProducer,
     Position,
@@ -104,8 +107,6 @@ log = structlog.get_logger(__name__)
 #: Ordinals per sparse-index entry: a read scans at most this many of the link's records
 #: before the first one it wants.
 LINK_BUCKET = 1024
-#: Index buckets older than the retention window are dropped at most this often.
-PRUNE_INTERVAL_S = 60.0
 
 CHECKPOINT_SCHEMA = "link_checkpoint"
 #: Most link records one Kafka record packs: a worst-case record (a 1,024-character link id, long
@@ -266,7 +267,7 @@ class _Head(NamedTuple):
 
 @dataclass(slots=True)
 class _State:
-    """A link's newest durable record, and its index."""
+    """A link's newest durable record (its index is the checkpoint book's)."""
 
     ordinal: int
     epoch: int
@@ -275,9 +276,6 @@ class _State:
     owner: str | None
     position: Position | None = None
     writer: int = 0
-    dirty: bool = False
-    #: bucket -> (lowest offset seen of a record in it, when it was indexed)
-    buckets: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def head(self, link: str) -> LinkHead:
         return LinkHead(link, self.epoch, _space(self.bits).add(0, self.ordinal
@@ -371,13 +369,17 @@ class LinkLog:
         #: _lock (set.add is atomic under the GIL; append_many may be waiting for queue space
         #: that only those reports free).
         self._broken: set[str] = set()
-        self._partition_hw: dict[int, int] = {}
-        self._marked: dict[int, int] = {}
-        self._checkpoints = FlushPolicy()
-        self._last_prune = time.monotonic()
+        # The link checkpoints, the ordinal index and the partition markers
+        # (broker/checkpoints.py); index buckets older than the retention window are pruned.
+        self._checkpoints = CheckpointBook(
+            KafkaCheckpoints(config, producer, self.index_topic, self.topic),
+            encode_state=self._encode_link, encode_marker=self._encode_marker,
+            decode_marker=self._decode_marker, lock=self._book,
+            retention_ms=self.retention_ms, clock=clock)
         self._partitions = 0
         self._writer = 0
-        producer.add_after_poll(self._maybe_flush)
+        self._loaded_writer = 0  # the highest writer the checkpoints name (recovery)
+        producer.add_after_poll(self._checkpoints.maybe_flush)
 
     # --- appends --------------------------------------------------------------------------
 
@@ -552,73 +554,69 @@ class LinkLog:
                         record.ordinal, record.epoch, record.epoch_start, record.bits,
                         record.owner)
                 self._book_record(st, record, pos)
-            if pos.offset > self._partition_hw.get(pos.partition, -1):
-                self._partition_hw[pos.partition] = pos.offset
-            self._checkpoints.changed(len(records))
+            self._checkpoints.durable(pos.partition, pos.offset)
+            self._checkpoints.changed_many({r.link for r in records}, len(records))
 
     def _book_record(self, st: _State, record: LinkRecord, pos: Position) -> None:
         if record.ordinal >= st.ordinal:
             st.ordinal, st.epoch, st.epoch_start = record.ordinal, record.epoch, record.epoch_start
-            st.bits, st.position, st.writer, st.dirty = record.bits, pos, record.writer, True
+            st.bits, st.position, st.writer = record.bits, pos, record.writer
             if record.kind is LinkKind.RESET and record.owner is not None:
                 st.owner = record.owner
-        bucket = record.ordinal // LINK_BUCKET
-        seen = st.buckets.get(bucket)
-        if seen is None or pos.offset < seen[0]:
-            st.buckets[bucket] = (pos.offset, record.recorded_at)
-            self._write_checkpoint(f"{record.link}\x00{bucket}", record.link, st, pos)
+        self._checkpoints.index(record.link, record.ordinal // LINK_BUCKET, pos.offset,
+                                self._encode, record.link, st, pos, at=record.recorded_at)
 
     def _on_failed(self, record: LinkRecord, error: JournalUnavailable) -> None:
         log.warning("link record failed; the link begins a new epoch", link=record.link,
                     ordinal=record.ordinal, error=str(error))
         self._broken.add(record.link)
 
-    def _write_checkpoint(self, key: str, link: str, st: _State, pos: Position) -> None:
-        value = self._codec.encode(CHECKPOINT_SCHEMA, {
+    def _encode(self, link: str, st: _State, pos: Position) -> bytes:
+        return self._codec.encode(CHECKPOINT_SCHEMA, {
             "link": link, "ordinal": st.ordinal, "epoch": st.epoch,
             "epoch_start": st.epoch_start, "bits": st.bits, "owner": st.owner,
             "partition": pos.partition, "offset": pos.offset, "writer": st.writer,
             "updated_at": self._clock(),
         })
-        self._producer.produce(self.index_topic, key.encode(), value, _ignore, partition=0)
 
-    def _maybe_flush(self) -> None:
-        if self._checkpoints.due():
-            self._flush_checkpoints()
+    def _encode_link(self, link: str) -> bytes | None:
+        st = self._durable.get(link)
+        if st is None or st.position is None:
+            return None
+        return self._encode(link, st, st.position)
 
-    def _flush_checkpoints(self) -> None:
-        with self._book:
-            for link, st in self._durable.items():
-                if st.dirty and st.position is not None:
-                    self._write_checkpoint(link, link, st, st.position)
-                    st.dirty = False
-            for part, off in self._partition_hw.items():
-                if self._marked.get(part) != off:
-                    self._write_checkpoint(f"\x00partition\x00{part}", "", _MARKER,
-                                           Position(part, off))
-                    self._marked[part] = off
-            if time.monotonic() - self._last_prune > PRUNE_INTERVAL_S:
-                self._prune()
-            self._checkpoints.flushed()
+    def _encode_marker(self, partition: int, offset: int) -> bytes:
+        return self._encode("", _MARKER, Position(partition, offset))
 
-    def _prune(self) -> None:
-        """Drop index buckets indexed before the retention window (and tombstone their keys),
-        keeping each link's newest bucket: reads never start in expired records anyway."""
-        cutoff = self._clock() - self.retention_ms
-        for link, st in self._durable.items():
-            newest = max(st.buckets, default=None)
-            for bucket, (_, at) in list(st.buckets.items()):
-                if bucket != newest and at < cutoff:
-                    del st.buckets[bucket]
-                    self._producer.produce(self.index_topic, f"{link}\x00{bucket}".encode(),
-                                           None, _ignore, partition=0)
-        self._last_prune = time.monotonic()
+    def _decode_marker(self, value: bytes) -> int:
+        offset: int = self._codec.decode(value, expect=CHECKPOINT_SCHEMA)[1]["offset"]
+        return offset
+
+    def _load_link(self, link: str, value: bytes | None) -> None:
+        if value is None:
+            return
+        _, cp = self._codec.decode(value, expect=CHECKPOINT_SCHEMA)
+        st = self._durable.get(link)
+        if st is None:
+            st = self._durable[link] = _State(cp["ordinal"], cp["epoch"], cp["epoch_start"],
+                                              cp["bits"], cp["owner"])
+        if cp["ordinal"] >= st.ordinal:
+            st.ordinal, st.epoch, st.epoch_start = cp["ordinal"], cp["epoch"], cp["epoch_start"]
+            st.bits, st.owner, st.writer = cp["bits"], cp["owner"], cp["writer"]
+            st.position = Position(cp["partition"], cp["offset"])
+        self._loaded_writer = max(self._loaded_writer, cp["writer"])
+
+    def _load_bucket(self, value: bytes) -> tuple[int, int]:
+        _, cp = self._codec.decode(value, expect=CHECKPOINT_SCHEMA)
+        self._loaded_writer = max(self._loaded_writer, cp["writer"])
+        return cp["offset"], to_ms(cp["updated_at"]) or 0
 
     def flush(self, timeout_s: float = 60.0) -> None:
-        """Wait until every queued record has its outcome, then write the checkpoints."""
+        """Wait until every queued record has its outcome, then write the checkpoints and wait
+        until Kafka holds them."""
         if self._producer.flush(timeout_s):
             raise JournalUnavailable("kafka did not take every queued link record in time")
-        self._flush_checkpoints()
+        self._checkpoints.settle(timeout_s)
 
     # --- recovery -------------------------------------------------------------------------
 
@@ -626,40 +624,14 @@ class LinkLog:
         """Rebuild every link's newest durable record from Kafka; ready for appends."""
         started = time.monotonic()
         report = LinkRecoveryReport()
-        self._partitions = partition_count(self.config, self.topic)
-        markers: dict[int, int] = {}
-        writer = 0
+        book = self._checkpoints
+        self._partitions = book.port.partitions()
+        self._loaded_writer = 0
         with self._book:
-            for rec in read_partition(self.config, self.index_topic, 0):
-                if rec.key is None:
-                    continue
-                key = rec.key.decode()
-                if rec.value is None:  # a pruned bucket
-                    link, _, bucket = key.partition("\x00")
-                    if bucket and link in self._durable:
-                        self._durable[link].buckets.pop(int(bucket), None)
-                    continue
-                _, cp = self._codec.decode(rec.value, expect=CHECKPOINT_SCHEMA)
-                if key.startswith("\x00partition\x00"):
-                    markers[cp["partition"]] = cp["offset"]
-                    continue
-                link, _, bucket = key.partition("\x00")
-                st = self._durable.get(link)
-                if st is None:
-                    st = self._durable[link] = _State(cp["ordinal"], cp["epoch"],
-                                                      cp["epoch_start"], cp["bits"], cp["owner"])
-                if bucket:
-                    at = to_ms(cp["updated_at"]) or 0
-                    st.buckets[int(bucket)] = (cp["offset"], at)
-                elif cp["ordinal"] >= st.ordinal:
-                    st.ordinal, st.epoch, st.epoch_start = (cp["ordinal"], cp["epoch"],
-                                                            cp["epoch_start"])
-                    st.bits, st.owner, st.writer = cp["bits"], cp["owner"], cp["writer"]
-                    st.position = Position(cp["partition"], cp["offset"])
-                writer = max(writer, cp["writer"])
+            loaded: Loaded = book.load(self._load_link, bucket_at=self._load_bucket)
+            writer = self._loaded_writer
             for part in range(self._partitions):
-                start = markers[part] + 1 if part in markers else None
-                for rec in read_partition(self.config, self.topic, part, start):
+                for rec in book.tail(loaded, part):
                     report.scanned += 1
                     if rec.value is None:
                         continue
@@ -670,8 +642,8 @@ class LinkLog:
                                 record.ordinal, record.epoch, record.epoch_start, record.bits,
                                 record.owner)
                         self._book_record(st, record, rec.position)
+                        book.changed(record.link)
                         writer = max(writer, record.writer)
-                    self._partition_hw[part] = rec.position.offset
             self._writer = max(self._clock(), writer + 1)
             with self._lock:
                 for link, st in self._durable.items():
@@ -679,8 +651,10 @@ class LinkLog:
                                               st.owner)
                     if st.bits != self.space.bits:
                         self._broken.add(link)
-        self._flush_checkpoints()
-        self._producer.flush(30)
+        book.flush()
+        if not book.wait(30):
+            log.warning("link checkpoints not durable after recovery; the next start rescans"
+                        " further")
         report.links = len(self._durable)
         report.writer = self._writer
         report.seconds = time.monotonic() - started
@@ -771,9 +745,7 @@ class LinkLog:
     def _scan(self, link: str, a: int, b: int) -> list[LinkRecord]:
         """The link's records with ordinals a..b, newest writer first for a shared ordinal."""
         key = link.encode()
-        with self._book:
-            st = self._durable.get(link)
-            buckets = {} if st is None else dict(st.buckets)
+        buckets = self._checkpoints.buckets(link)
         want = a // LINK_BUCKET
         start = None
         best = -1
@@ -805,8 +777,4 @@ class LinkLog:
 #: The checkpoint fields a partition marker leaves unused.
 _MARKER = _State(-1, -1, -1, 16, None)
 
-
-def _ignore(err: Exception | None, pos: Position | None) -> None:
-    if err is not None:
-        log.warning("link checkpoint write failed; recovery will rescan further", error=str(err))
 
