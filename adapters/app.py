@@ -13,12 +13,13 @@ from typing import Any
 import structlog
 
 from adapters.apex import Relay
-from adapters.apex.pubsub import SERVICE, PubsubHandler
 from adapters.apex.server import ApexServer
+from adapters.pubsub.handler import PubsubHandler
 from broker.access import AccessControl
 from broker.core import BrokerCore, OpenReport
 from broker.holds import KafkaHolds
 from broker.kafka_io import KafkaConfig, Position
+from broker.names import SERVICE
 from broker.pubsub import JournalFollower, PubsubService
 from broker.recent import DEFAULT_RECENT_BYTES, RecentJournal
 from broker.records import AccessEffect, AccessEntry, AccessKind, now_ms

@@ -13,9 +13,9 @@ from functools import lru_cache
 import structlog
 
 from broker._token_sets import parse_token_items
-from broker.errors import InvalidParameter
 from broker.names import validate_topic
 from broker.records import AccessEffect, AccessEntry, AccessKind
+from common.errors import InvalidParameter
 
 __all__ = [
     "MAX_FIELD_LENGTH",
@@ -67,7 +67,7 @@ SHORTHANDS: dict[str, frozenset[str]] = {
 SUBSCRIBER_PREFIX = "subscriber:"
 _SERVICE = "apex="
 
-# RFC 3340 §2.2 pieces (adapters/apex/_endpoint.py has the same; broker/ cannot import it).
+# RFC 3340 §2.2 pieces (adapters/apex/endpoint.py has the same; broker/ cannot import it).
 _TOKEN = re.compile(r"[^\x00-\x1f\x7f/@]+")
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
 _FQDN = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")

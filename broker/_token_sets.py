@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from broker.errors import InvalidParameter
+from common.errors import InvalidParameter
 
 __all__ = [
     "MAX_ITEMS",

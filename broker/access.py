@@ -116,12 +116,12 @@ from broker._access_rules import (
 )
 from broker.codec import Codec, default_codec
 from broker.entitlements import EntitlementIndex, parse_token_set
-from broker.errors import AccessDenied, ApexpsError, ConfigError, InvalidParameter
 from broker.kafka_io import KafkaConfig, KafkaProducer
 from broker.names import validate_topic
 from broker.records import AccessEffect, AccessEntry, AccessKind, now_ms
 from broker.registry import Registry
-from broker.xml_safe import UnsafeXml, parse_hardened
+from common.errors import AccessDenied, ApexpsError, ConfigError, InvalidParameter
+from common.xml_safe import UnsafeXml, parse_hardened
 
 __all__ = [
     "CLI_PREFIX",

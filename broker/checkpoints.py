@@ -61,8 +61,8 @@ from typing import Any, Protocol
 import structlog
 
 from broker._flush import FlushPolicy
-from broker.errors import JournalUnavailable
 from broker.kafka_io import StoredRecord
+from common.errors import JournalUnavailable
 
 __all__ = [
     "MARKER_PREFIX",

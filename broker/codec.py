@@ -37,7 +37,7 @@ from fastavro.schema import to_parsing_canonical_form
 
 from broker._avro_reader import CannotCompile, Corrupt, Decoder, UseFastavro, compile_reader
 from broker._avro_writer import Fallback, Invalid, Unsupported, compile_writer
-from broker.errors import RecordSchemaError, UnknownSchemaFingerprint
+from common.errors import RecordSchemaError, UnknownSchemaFingerprint
 
 __all__ = ["AVRO_DIR", "Codec", "SchemaVersion", "crc64_avro", "default_codec"]
 

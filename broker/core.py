@@ -13,7 +13,6 @@ from typing import Any
 import structlog
 
 from broker.codec import Codec, default_codec
-from broker.errors import ApexpsError, InvalidParameter
 from broker.holds import HeldData
 from broker.journal import Journal, RecoveryReport
 from broker.kafka_io import KafkaConfig, KafkaProducer, ensure_topics
@@ -24,6 +23,7 @@ from broker.robust.config import RobustConfig
 from broker.robust.fanout import FanoutMarks
 from broker.robust.items import ItemStore
 from broker.robust.links import LinkLog, LinkRecoveryReport
+from common.errors import ApexpsError, InvalidParameter
 
 __all__ = ["BrokerCore", "OpenReport"]
 

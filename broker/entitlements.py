@@ -14,7 +14,7 @@ operator grants and denies tokens to subscribers:
 A message with a token goes to a subscriber only if some grant covers (subscriber, token,
 topic) and no deny does; a deny wins over any grant, however specific. A message without a
 token is not filtered here at all. The decision is made per delivery, before the message takes
-a link seq (adapters/apex/_sequenced.py), so a subscriber's link never carries a seq for a
+a link seq (adapters/pubsub/sequenced.py), so a subscriber's link never carries a seq for a
 message it was not entitled to when it was sent; a gap fill asks again, and an item the
 subscriber has lost the right to since is refilled as a `withheld` stamp with no content
 (robust-binding §2.4).
@@ -67,8 +67,8 @@ from broker._token_sets import (
     parse_token_items,
     parse_token_set,
 )
-from broker.errors import InvalidParameter
 from broker.records import AccessEffect, AccessEntry, AccessKind
+from common.errors import InvalidParameter
 
 __all__ = [
     "MAX_ITEMS",

@@ -36,9 +36,9 @@ from typing import Any
 
 import structlog
 
-from broker.errors import ApexpsError, JournalUnavailable, TransactionFailed
 from broker.records import to_ms
 from broker.registry import Registry
+from common.errors import ApexpsError, JournalUnavailable, TransactionFailed
 
 __all__ = [
     "DEFAULT_MAX_HELD_BYTES",

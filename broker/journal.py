@@ -62,7 +62,6 @@ import structlog
 from broker._journal_writer import DataRecordWriter
 from broker.checkpoints import CheckpointBook, Loaded
 from broker.codec import Codec, default_codec
-from broker.errors import ApexpsError, InvalidParameter, JournalUnavailable
 from broker.kafka_io import (
     Delivery,
     KafkaCheckpoints,
@@ -75,6 +74,7 @@ from broker.kafka_io import (
 from broker.names import validate_topic
 from broker.recent import RecentJournal
 from broker.records import JournalEntry, Publication, RecordKind, gap_record, now_ms, to_ms
+from common.errors import ApexpsError, InvalidParameter, JournalUnavailable
 
 __all__ = ["SEQ_BUCKET", "AppendCallback", "Appended", "BatchCallback", "Journal",
            "PublisherPosition", "RecoveryReport"]

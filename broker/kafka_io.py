@@ -33,7 +33,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka import Producer as _RdProducer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from broker.errors import JournalUnavailable, KafkaNotFound
+from common.errors import JournalUnavailable, KafkaNotFound
 
 __all__ = [
     "DEFAULT_BOOTSTRAP",

@@ -19,9 +19,25 @@ from __future__ import annotations
 
 import re
 
-from broker.errors import InvalidTopicName
+from common.errors import InvalidTopicName
 
-__all__ = ["MAX_TOPIC_LEN", "WELL_KNOWN_TOPICS", "validate_topic"]
+__all__ = [
+    "DEFAULT_HOPS",
+    "MAX_TOPIC_LEN",
+    "REPORT_SERVICE",
+    "SERVICE",
+    "WELL_KNOWN_TOPICS",
+    "validate_topic",
+]
+
+#: The pubsub service's well-known endpoint (local part): data to `apex=pubsub@D` manages, data
+#: to `apex=pubsub/TOPIC@D` publishes (draft-schwartz-apex-pubsub §4).
+SERVICE = "apex=pubsub"
+#: RFC 3340 §6.2: the report service's well-known endpoint (local part).
+REPORT_SERVICE = "apex=report"
+#: RFC 3342 §4 / draft §3: forwarded data carries a hop limit so a loop between pubsub servers
+#: ends; a publication that arrives with one keeps what is left of it.
+DEFAULT_HOPS = 8
 
 MAX_TOPIC_LEN = 255
 #: Content-based pubsub §6: the two well-known topics this broker serves itself.

@@ -36,10 +36,10 @@ from typing import NamedTuple, Protocol
 
 import structlog
 
-from broker.errors import ApexpsError, JournalUnavailable
 from broker.journal import Appended, BatchCallback, PublisherPosition
 from broker.pubseq import PubseqLedger, Verdict
 from broker.records import Publication
+from common.errors import ApexpsError, JournalUnavailable
 
 __all__ = ["AlreadyDurable", "GateCallback", "JournalPort", "Outcome", "PublishGate"]
 

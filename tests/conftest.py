@@ -21,7 +21,7 @@ def _reset_structlog() -> Iterator[None]:
 @pytest.fixture(scope="session", name="spark")
 def _spark() -> Iterator[Any]:
     """One local[2] SparkSession for the whole run (starting one costs seconds)."""
-    from ops.spark_session import local_session
+    from adapters.local.spark import local_session
 
     session = local_session(app_name="apexps-tests")
     yield session

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from adapters.local.kafka import LocalKafka
 from broker.core import BrokerCore
-from broker.kafka_io import KafkaConfig
-from ops.kafka_local import LocalKafka, answers
+from broker.kafka_io import KafkaConfig, answers
 
 
 @pytest.fixture(scope="session", name="kafka_bootstrap")

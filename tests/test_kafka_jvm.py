@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ops.kafka_local import LocalKafka
+from adapters.local.kafka import LocalKafka
 
 
 def _cmd(tmp_path: Path) -> list[str]:

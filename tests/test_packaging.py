@@ -11,8 +11,8 @@ import yaml
 
 from adapters.cli.client_cmd import DEFAULT_APEX_PORT
 from adapters.cli.main import build_parser
+from adapters.local.kafka import KAFKA_POM
 from broker.kafka_io import KafkaConfig
-from ops.kafka_local import KAFKA_POM
 
 ROOT = Path(__file__).resolve().parents[1]
 

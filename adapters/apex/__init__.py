@@ -7,7 +7,16 @@ sockets and `adapters.beep.BeepConnection`. Everything in `__all__` is public.
 
 from __future__ import annotations
 
-from ._codec import (
+from common.errors import (
+    AttachmentOverridden,
+    OptionNotImplemented,
+    ParameterSyntaxError,
+    TransactionFailed,
+    TransactionInProgress,
+)
+
+from ._party import Watch, status_report
+from .codec import (
     APEX_PROFILE,
     Attach,
     Bind,
@@ -21,15 +30,8 @@ from ._codec import (
     decode,
     encode,
 )
-from ._endpoint import MAX_ENDPOINT_LENGTH, Endpoint
-from ._errors import (
-    AttachmentOverridden,
-    OptionNotImplemented,
-    ParameterSyntaxError,
-    TransactionFailed,
-    TransactionInProgress,
-)
-from ._options import (
+from .endpoint import MAX_ENDPOINT_LENGTH, Endpoint
+from .options import (
     DATA_HOPPING,
     DATA_TIMING,
     HOLD_FOR_ENDPOINT,
@@ -42,10 +44,7 @@ from ._options import (
     spend_hop,
     with_hops,
 )
-from ._party import Watch, status_report
-from ._relay import ChannelRef, Delivery, HoldStore, Outcome, Relay, ServiceHandler
-from .client import ApexClient
-from .reconnect import ReconnectingApexClient, ReconnectPolicy
+from .relay import ChannelRef, Delivery, HoldStore, Outcome, Relay, ServiceHandler
 from .server import ApexServer, PeerLink
 
 __all__ = [
@@ -54,7 +53,6 @@ __all__ = [
     "DATA_TIMING",
     "HOLD_FOR_ENDPOINT",
     "MAX_ENDPOINT_LENGTH",
-    "ApexClient",
     "ApexServer",
     "Attach",
     "AttachmentOverridden",
@@ -74,8 +72,6 @@ __all__ = [
     "Outcome",
     "ParameterSyntaxError",
     "PeerLink",
-    "ReconnectPolicy",
-    "ReconnectingApexClient",
     "Relay",
     "ServiceHandler",
     "TargetHop",

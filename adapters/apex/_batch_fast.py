@@ -53,12 +53,12 @@ from collections.abc import Callable
 from typing import Literal
 
 from adapters import speedups
-from broker.errors import ApexpsError
 from broker.names import validate_topic
 from broker.records import PublishType
 from broker.robust.linkid import validate_link_id
+from common.errors import ApexpsError
 
-from ._robust_codec import (
+from .robust_codec import (
     MAX_LONG,
     Heartbeat,
     Stamp,

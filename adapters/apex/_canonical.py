@@ -59,9 +59,9 @@ from collections.abc import Callable
 from typing import Literal, NamedTuple
 
 from adapters import speedups
-from broker.errors import InvalidParameter
+from common.errors import InvalidParameter
 
-from ._endpoint import Endpoint
+from .endpoint import Endpoint
 
 __all__ = ["FAST_CONTENT_TYPE_PREFIX", "DataLayout", "match_data", "write_data"]
 

@@ -14,9 +14,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from broker.errors import SyntaxError_
-
-from ._errors import OptionNotImplemented, ParameterSyntaxError
+from common.errors import OptionNotImplemented, ParameterSyntaxError, SyntaxError_
 
 __all__ = [
     "DEFAULT_MAX_PARTS",

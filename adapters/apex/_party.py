@@ -36,12 +36,13 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
-from broker.errors import ApexpsError, ParameterSyntaxError
 from broker.holds import HeldData
+from broker.names import REPORT_SERVICE
+from common.errors import ApexpsError, ParameterSyntaxError
 
-from ._codec import BEEP_XML, Data, Option, TargetHop, decode, encode
-from ._endpoint import Endpoint
-from ._options import (
+from .codec import BEEP_XML, Data, Option, TargetHop, decode, encode
+from .endpoint import Endpoint
+from .options import (
     DATA_HOPPING,
     DATA_TIMING,
     HOLD_FOR_ENDPOINT,
@@ -67,8 +68,6 @@ __all__ = [
     "watch_delivery",
 ]
 
-#: RFC 3340 §6.2: the report service's well-known endpoint (local part).
-REPORT_SERVICE = "apex=report"
 #: statusResponse codes of RFC 3342's reports.
 _FAILED, _TRANSIENT, _DELIVERED = 550, 350, 250
 

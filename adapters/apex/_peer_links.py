@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING
 import structlog
 
 from adapters.beep import ChannelStarted, ChannelStartRefused, GreetingReceived, Profile, Role
-from broker.errors import ApexpsError
+from common.errors import ApexpsError
 
-from ._codec import APEX_PROFILE, BEEP_XML, Bind, Error, Ok, Operation, decode, encode_xml
-from ._relay import ChannelRef
+from .codec import APEX_PROFILE, BEEP_XML, Bind, Error, Ok, Operation, decode, encode_xml
+from .relay import ChannelRef
 
 if TYPE_CHECKING:
     from ._server_session import ServerSession

@@ -38,10 +38,10 @@ from adapters.beep import (
     TuningPolicy,
     Verifier,
 )
-from broker.errors import InvalidParameter
+from common.errors import InvalidParameter
 
-from ._endpoint import Endpoint
-from ._relay import ChannelRef
+from .endpoint import Endpoint
+from .relay import ChannelRef
 
 if TYPE_CHECKING:
     from ._server_session import ServerSession

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Protocol, cast
 
 from adapters.beep import BeepConnection, MessageReceived
 
-from ._codec import Operation
-from ._relay import ChannelRef, Outcome
+from .codec import Operation
+from .relay import ChannelRef, Outcome
 
 if TYPE_CHECKING:
     from ._peer_links import PeerLink

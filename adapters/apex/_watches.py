@@ -31,9 +31,9 @@ import structlog
 
 from adapters.beep import ErrorReplyReceived, ReplyReceived
 
-from ._codec import Data
 from ._party import Watch
-from ._relay import Delivery, Relay
+from .codec import Data
+from .relay import Delivery, Relay
 
 __all__ = ["Watches"]
 

@@ -58,9 +58,14 @@ from adapters.beep import (
     Verifier,
 )
 from adapters.beep import Event as BeepEvent
-from broker.errors import ApexpsError, ReplyCode
+from common.errors import ApexpsError, ReplyCode
 
-from ._codec import (
+from ._peer_links import DEFAULT_PEER_BACKOFF, DEFAULT_PEER_BACKOFF_MAX, PeerLink, PeerLinks
+from ._security import SessionSecurity
+from ._server_session import AwaitedReply
+from ._server_session import ServerSession as _Session
+from ._watches import Watches
+from .codec import (
     APEX_PROFILE,
     BEEP_XML,
     Data,
@@ -71,12 +76,7 @@ from ._codec import (
     encode,
     encode_xml,
 )
-from ._peer_links import DEFAULT_PEER_BACKOFF, DEFAULT_PEER_BACKOFF_MAX, PeerLink, PeerLinks
-from ._relay import ChannelRef, Delivery, Outcome, Relay
-from ._security import SessionSecurity
-from ._server_session import AwaitedReply
-from ._server_session import ServerSession as _Session
-from ._watches import Watches
+from .relay import ChannelRef, Delivery, Outcome, Relay
 
 __all__ = [
     "DEFAULT_GREETING_TIMEOUT",

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import NamedTuple
 
-from broker.errors import ReplyCode
+from common.errors import ReplyCode
 
 from ._config import MAX_NUMBER, BeepConfig
 from ._errors import LocalProtocolError, RemoteProtocolError

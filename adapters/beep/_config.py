@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from broker.errors import ConfigError
+from common.errors import ConfigError
 
 __all__ = [
     "DEFAULT_MAX_ANSWERS_IN_PROGRESS",

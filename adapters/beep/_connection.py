@@ -51,7 +51,7 @@ from enum import Enum
 from types import MappingProxyType
 from typing import NamedTuple
 
-from broker.errors import ReplyCode
+from common.errors import ReplyCode
 
 from ._channel import Channel, Completed
 from ._config import MAX_NUMBER, BeepConfig, Role

@@ -1,4 +1,4 @@
-"""BEEP protocol errors, as leaves of the project's one hierarchy (`broker.errors.ApexpsError`).
+"""BEEP protocol errors, as leaves of the project's one hierarchy (`common.errors.ApexpsError`).
 
 Theory of operation
 -------------------
@@ -24,7 +24,7 @@ depends on which rule was broken, so these classes shadow it per instance; the c
 
 from __future__ import annotations
 
-from broker.errors import ApexpsError, ReplyCode
+from common.errors import ApexpsError, ReplyCode
 
 __all__ = ["BeepProtocolError", "LocalProtocolError", "RemoteProtocolError"]
 

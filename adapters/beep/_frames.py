@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from adapters import speedups
-from broker.errors import ReplyCode
+from common.errors import ReplyCode
 
 from ._config import DEFAULT_MAX_FRAME_SIZE, MAX_NUMBER
 from ._errors import RemoteProtocolError

@@ -30,8 +30,8 @@ from enum import StrEnum
 
 from lxml import etree
 
-from broker.errors import ReplyCode
-from broker.xml_safe import UnsafeXml, checked_attributes, parse_hardened
+from common.errors import ReplyCode
+from common.xml_safe import UnsafeXml, checked_attributes, parse_hardened
 
 from ._config import MAX_NUMBER
 from ._errors import LocalProtocolError, RemoteProtocolError

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from adapters import speedups
-from broker.errors import ReplyCode
+from common.errors import ReplyCode
 
 from ._errors import LocalProtocolError, RemoteProtocolError
 

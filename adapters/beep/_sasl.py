@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from broker.errors import AccessDenied, AuthenticationFailed, ParameterSyntaxError
+from common.errors import AccessDenied, AuthenticationFailed, ParameterSyntaxError
 
 __all__ = [
     "MAX_IDENTITY_OCTETS",

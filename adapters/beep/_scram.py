@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol, runtime_checkable
 
-from broker.errors import (
+from common.errors import (
     AccessDenied,
     AuthenticationFailed,
     ConfigError,

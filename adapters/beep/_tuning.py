@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable
 from contextlib import suppress
 from dataclasses import dataclass
 
-from broker.errors import ApexpsError, ConfigError, ReplyCode
+from common.errors import ApexpsError, ConfigError, ReplyCode
 
 from ._config import Role
 from ._connection import BeepConnection

@@ -26,8 +26,8 @@ from enum import StrEnum
 
 from lxml import etree
 
-from broker.errors import ReplyCode
-from broker.xml_safe import UnsafeXml, parse_hardened
+from common.errors import ReplyCode
+from common.xml_safe import UnsafeXml, parse_hardened
 
 from ._errors import RemoteProtocolError
 from ._management import Error, Profile, ProfileEncoding, parse_management, serialize

@@ -27,7 +27,7 @@ honoured, never trusted to be wider than it is.
 
 from __future__ import annotations
 
-from broker.errors import ReplyCode
+from common.errors import ReplyCode
 
 from ._config import DEFAULT_WINDOW_SIZE
 from ._errors import RemoteProtocolError

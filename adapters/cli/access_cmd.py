@@ -42,7 +42,9 @@ from broker.access import (
 )
 from broker.core import BrokerCore
 from broker.entitlements import parse_token_set
-from broker.errors import (
+from broker.kafka_io import KafkaConfig, KafkaProducer, ensure_topics, partition_count
+from broker.records import AccessEffect, AccessEntry, AccessKind, now_ms
+from common.errors import (
     ApexpsError,
     ConfigError,
     InvalidParameter,
@@ -50,8 +52,6 @@ from broker.errors import (
     KafkaNotFound,
     NotTaken,
 )
-from broker.kafka_io import KafkaConfig, KafkaProducer, ensure_topics, partition_count
-from broker.records import AccessEffect, AccessEntry, AccessKind, now_ms
 
 __all__ = ["register"]
 
@@ -69,7 +69,7 @@ def _fail(exc: ApexpsError | str, code: int) -> int:
 def _bootstrap(args: argparse.Namespace) -> str:
     if args.bootstrap:
         return str(args.bootstrap)
-    from ops.kafka_local import LocalKafka
+    from adapters.local.kafka import LocalKafka
 
     state, running = LocalKafka(Path(args.data_dir) / "kafka").status()
     if state is None or not running:
@@ -84,7 +84,7 @@ def _control(args: argparse.Namespace, *, create: bool) -> Iterator[AccessContro
     """The access entries of `args.namespace`, loaded. Writers may create the access topic
     (so entries can be configured before the first broker start); readers refuse a namespace
     no broker has used, which is nearly always a mistyped --namespace."""
-    from ops.kafka_local import answers
+    from broker.kafka_io import answers
 
     config = KafkaConfig(bootstrap=_bootstrap(args), namespace=args.namespace)
     if not answers(config.bootstrap, timeout_s=10.0):

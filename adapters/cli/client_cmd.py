@@ -14,11 +14,11 @@ import json
 import sys
 from typing import Any
 
-from adapters.apex._codec import Data
-from adapters.apex.client import ApexClient
-from adapters.apex.reconnect import ReconnectingApexClient, ReconnectPolicy
+from adapters.apex.codec import Data
 from adapters.cli import loop as event_loop
 from adapters.cli.security import add_client_options, client_security
+from adapters.client.client import ApexClient
+from adapters.client.reconnect import ReconnectingApexClient, ReconnectPolicy
 
 __all__ = ["APEX_EDGE_PORT", "DEFAULT_APEX_PORT", "FOREVER", "add_reconnect_option",
            "register"]

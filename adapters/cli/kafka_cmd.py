@@ -13,7 +13,7 @@ EXIT_OK, EXIT_NOT_RUNNING = 0, 3
 
 
 def _kafka(args: argparse.Namespace) -> Any:
-    from ops.kafka_local import LocalKafka
+    from adapters.local.kafka import LocalKafka
 
     return LocalKafka(Path(args.data_dir) / "kafka", port=args.port)
 

@@ -11,7 +11,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from broker.errors import ApexpsError
+from common.errors import ApexpsError
 
 from . import logs
 

@@ -30,25 +30,25 @@ from typing import IO, Any
 
 import structlog
 
-from adapters.apex._robust_codec import Stamp
-from adapters.apex.publisher import (
+from adapters.apex.robust_codec import Stamp
+from adapters.cli import loop as event_loop
+from adapters.cli.client_cmd import FOREVER, _common, add_reconnect_option, content_fields
+from adapters.cli.security import client_security
+from adapters.client.publisher import (
     DEFAULT_MAX_IN_FLIGHT,
     DEFAULT_WINDOW,
     PublisherStats,
     ReliablePublisher,
 )
-from adapters.apex.pubsub_client import Delivered, Ended, PubsubClient
-from adapters.apex.reconnect import (
+from adapters.client.pubsub_client import Delivered, Ended, PubsubClient
+from adapters.client.reconnect import (
     ConnectionEvent,
     Disconnected,
     Reconnected,
     ReconnectingApexClient,
     ReconnectPolicy,
 )
-from adapters.apex.robust_client import Message, RobustSubscriber
-from adapters.cli import loop as event_loop
-from adapters.cli.client_cmd import FOREVER, _common, add_reconnect_option, content_fields
-from adapters.cli.security import client_security
+from adapters.client.robust_client import Message, RobustSubscriber
 
 __all__ = ["register"]
 

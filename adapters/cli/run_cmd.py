@@ -17,9 +17,9 @@ from adapters.cli import loop as event_loop
 from adapters.cli.client_cmd import DEFAULT_APEX_PORT
 from adapters.cli.paths import default_data_dir
 from adapters.cli.security import add_server_options, server_security
-from broker.errors import ConfigError
 from broker.kafka_io import KafkaConfig
 from broker.robust.config import RobustConfig
+from common.errors import ConfigError
 
 log = structlog.get_logger(__name__)
 
@@ -111,7 +111,7 @@ def _serve(args: argparse.Namespace, bootstrap: str) -> int:
 
 
 def _up(args: argparse.Namespace) -> int:
-    from ops.kafka_local import LocalKafka
+    from adapters.local.kafka import LocalKafka
 
     kafka = LocalKafka(Path(args.data_dir) / "kafka")
     already, running = kafka.status()

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters.beep import DEFAULT_ITERATIONS, MECHANISMS, Users
-from broker.errors import ConfigError
+from common.errors import ConfigError
 
 __all__ = [
     "PASSWORD_ENV",

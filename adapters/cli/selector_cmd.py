@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from broker import selectors
-from broker.errors import InvalidMessage, SelectorError, UnsupportedSelectorClass
+from common.errors import InvalidMessage, SelectorError, UnsupportedSelectorClass
 
 EXIT_OK, EXIT_USAGE = 0, 2
 

@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from broker.errors import ApexpsError
 from broker.records import JournalEntry
 from broker.robust.links import LinkRecord
+from common.errors import ApexpsError
 
 __all__ = ["Action", "Emit", "Outgoing", "RepairAnswer", "RepairJob", "RepairReset", "Send"]
 

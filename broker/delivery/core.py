@@ -59,10 +59,10 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from broker.errors import ApexpsError, JournalUnavailable
 from broker.kafka_io import Position
 from broker.records import JournalEntry, now_ms
 from broker.robust.links import LinkItem, LinkKind, LinkRecord
+from common.errors import ApexpsError, JournalUnavailable
 
 from .actions import Emit, Outgoing, RepairAnswer, RepairJob, RepairReset, Send
 from .ports import CatchUpReader, Clock, Defer, LinkLogPort, Routes, WallClock

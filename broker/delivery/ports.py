@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
-from broker.errors import ApexpsError
 from broker.records import JournalEntry
 from broker.robust.links import LinkBatchCallback, LinkHead, LinkItem, LinkRecord
+from common.errors import ApexpsError
 
 __all__ = ["CatchUpDone", "CatchUpReader", "Clock", "Defer", "LinkLogPort", "Routes", "WallClock"]
 

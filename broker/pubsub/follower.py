@@ -24,11 +24,11 @@ from collections.abc import Callable
 import structlog
 
 from broker.codec import Codec
-from broker.errors import ApexpsError
 from broker.journal import SCHEMA
 from broker.kafka_io import KafkaConfig, PartitionReader, Tail
 from broker.recent import RecentJournal
 from broker.records import JournalEntry, RecordKind
+from common.errors import ApexpsError
 
 __all__ = ["JournalFollower"]
 

@@ -34,7 +34,6 @@ from typing import Protocol
 import structlog
 
 from broker.core import BrokerCore
-from broker.errors import AccessDenied, InvalidParameter, NotTaken
 from broker.names import validate_topic
 from broker.records import (
     JournalEntry,
@@ -46,6 +45,7 @@ from broker.records import (
     now_ms,
 )
 from broker.robust.linkid import default_link_id, validate_link_id
+from common.errors import AccessDenied, InvalidParameter, NotTaken
 
 __all__ = [
     "MAX_DURATION_S",

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.errors import ConfigError
 from broker.robust.linkseq import DEFAULT_BITS, SUPPORTED_BITS
+from common.errors import ConfigError
 
 __all__ = ["DEFAULT_HEARTBEAT_MS", "DEFAULT_MAX_GAP", "DEFAULT_MAX_REPAIR", "RobustConfig"]
 

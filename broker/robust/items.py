@@ -14,7 +14,7 @@ Where state advances. `apply(entries)` runs on the live path with what the journ
 read back, in the order the follower hands it to the fan-out, just before the fan-out: the
 state at any moment is exactly the state of what has been forwarded. A snapshot taken in the
 same event-loop step in which a subscription becomes visible to the fan-out therefore meets
-the live stream with no gap and no duplicate (adapters/apex/pubsub.py does that step).
+the live stream with no gap and no duplicate (adapters/pubsub/handler.py does that step).
 
 Order. Every applied version takes the next *order*, a store-wide counter that never repeats,
 also across restarts. `snapshot` lists versions by it, which is apply order: per item the image
@@ -84,7 +84,6 @@ import structlog
 from broker._flush import FlushPolicy
 from broker.checkpoints import CheckpointBook, Loaded, Phase, Round, Write, state_key, sub_key
 from broker.codec import Codec, default_codec
-from broker.errors import ApexpsError, InvalidParameter
 from broker.journal import SCHEMA as JOURNAL_SCHEMA
 from broker.kafka_io import (
     KafkaCheckpoints,
@@ -94,6 +93,7 @@ from broker.kafka_io import (
     watermarks,
 )
 from broker.records import JournalEntry, PublishType, RecordKind, now_ms
+from common.errors import ApexpsError, InvalidParameter
 
 __all__ = [
     "DEFAULT_MAX_DELTAS",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from broker.errors import InvalidParameter
+from common.errors import InvalidParameter
 
 __all__ = ["MAX_LINK_ID_LEN", "default_link_id", "validate_link_id"]
 

@@ -67,14 +67,6 @@ import structlog
 
 from broker.checkpoints import CheckpointBook, Loaded
 from broker.codec import Codec, default_codec
-from broker.errors import (
-    BadGapRange,
-    InvalidParameter,
-    JournalUnavailable,
-    LinkContextGone,
-    NotYourLink,
-    RecordSchemaError,
-)
 from broker.kafka_io import (
     Delivery,
     KafkaCheckpoints,
@@ -90,6 +82,14 @@ from broker.robust._link_writer import BATCH_SCHEMA, SCHEMA, LinkRecordWriter
 from broker.robust.config import DEFAULT_MAX_GAP
 from broker.robust.linkid import validate_link_id
 from broker.robust.linkseq import DEFAULT_BITS, LinkSeqSpace
+from common.errors import (
+    BadGapRange,
+    InvalidParameter,
+    JournalUnavailable,
+    LinkContextGone,
+    NotYourLink,
+    RecordSchemaError,
+)
 
 __all__ = [
     "LINK_BUCKET",

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from broker.errors import BadGapRange, InvalidParameter, RebuildRefused
+from common.errors import BadGapRange, InvalidParameter, RebuildRefused
 
 __all__ = ["DEFAULT_BITS", "SUPPORTED_BITS", "LinkSeqSpace"]
 

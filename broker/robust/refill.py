@@ -17,12 +17,12 @@ import heapq
 from collections.abc import Generator, Iterable, Iterator
 
 from broker.codec import Codec, default_codec
-from broker.errors import LinkContextGone
 from broker.journal import SCHEMA as JOURNAL_SCHEMA
 from broker.journal import Journal
 from broker.kafka_io import Position, read_partition
 from broker.records import JournalEntry
 from broker.robust.links import LinkKind, LinkLog, LinkRecord
+from common.errors import LinkContextGone
 
 __all__ = ["RUN_SPREAD", "Refilled", "journal_entries", "refill", "refill_chunks"]
 

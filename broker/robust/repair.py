@@ -36,11 +36,11 @@ import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from broker.codec import Codec, default_codec
-from broker.errors import RebuildRefused
 from broker.journal import SCHEMA as JOURNAL_SCHEMA
 from broker.journal import Journal
 from broker.kafka_io import offset_for_time, partition_count, read_partition
 from broker.records import JournalEntry, RecordKind, now_ms
+from common.errors import RebuildRefused
 
 __all__ = ["CatchUp", "Entitled", "select_catch_up"]
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from broker.errors import SelectorError, UnsupportedSelectorClass
+from common.errors import SelectorError, UnsupportedSelectorClass
 
 from ._ast import Cond, FieldType, fields_of
 from ._eval import compile_condition

@@ -26,8 +26,8 @@ from typing import Any
 
 from lxml import etree
 
-from broker.errors import InvalidMessage
-from broker.xml_safe import UnsafeXml, parse_hardened
+from common.errors import InvalidMessage
+from common.xml_safe import UnsafeXml, parse_hardened
 
 from ._limits import DEFAULT_MAX_FIELD_INSTANCES, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_XML_DEPTH
 

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
-from broker.errors import SelectorError
+from common.errors import SelectorError
 
 from ._ast import (
     And,

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from broker.errors import SelectorError
+from common.errors import SelectorError
 
 from ._ast import (
     And,

@@ -18,7 +18,7 @@ from typing import Any
 
 from lxml import etree
 
-from broker.errors import SelectorError
+from common.errors import SelectorError
 
 from ._ast import FieldType
 from ._fields import parse_message

@@ -47,7 +47,7 @@ def _struct() -> Any:
 
 def _decode(value: bytes | bytearray | None) -> tuple[Any, ...]:
     from broker.codec import default_codec
-    from broker.errors import ApexpsError
+    from common.errors import ApexpsError
 
     try:
         if value is None:

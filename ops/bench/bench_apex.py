@@ -100,7 +100,7 @@ def _serve(args: argparse.Namespace) -> None:
 
 async def _one_connection(port: int, name: str, echo: bool, start_at: float,
                           stop_at: float, in_flight: int = 1) -> list[float]:
-    from adapters.apex.client import ApexClient
+    from adapters.client.client import ApexClient
 
     client = await ApexClient.connect("127.0.0.1", port)
     me = f"{name}@{DOMAIN}"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from adapters.apex._codec import (
+from adapters.apex.codec import (
     Data,
     _decode_fast,
     _decode_general,
@@ -22,7 +22,7 @@ from adapters.apex._codec import (
     decode,
     encode,
 )
-from adapters.apex._endpoint import Endpoint
+from adapters.apex.endpoint import Endpoint
 from ops.bench._timing import micros
 
 

@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     kafka = None
     bootstrap = args.bootstrap
     if bootstrap is None:
-        from ops.kafka_local import LocalKafka
+        from adapters.local.kafka import LocalKafka
 
         kafka = LocalKafka(Path(tempfile.mkdtemp(prefix="apexps-bench-")))
         bootstrap = kafka.start().bootstrap

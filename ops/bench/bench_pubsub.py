@@ -85,7 +85,7 @@ def _serve(args: argparse.Namespace) -> None:
 
 
 def _subscribers(args: argparse.Namespace) -> None:
-    from adapters.apex.pubsub_client import Delivered, PubsubClient
+    from adapters.client.pubsub_client import Delivered, PubsubClient
 
     async def one(i: int, ready: asyncio.Queue[int], out: list[list[float]]) -> None:
         client = await PubsubClient.connect("127.0.0.1", args.port, f"s{i}@{DOMAIN}")
@@ -119,7 +119,7 @@ def _subscribers(args: argparse.Namespace) -> None:
 
 
 def _publisher(args: argparse.Namespace) -> None:
-    from adapters.apex.pubsub_client import PubsubClient
+    from adapters.client.pubsub_client import PubsubClient
 
     async def run() -> dict[str, float]:
         client = await PubsubClient.connect("127.0.0.1", args.port, f"pub@{DOMAIN}")
@@ -395,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     kafka = None
     bootstrap = args.bootstrap
     if bootstrap is None:
-        from ops.kafka_local import LocalKafka
+        from adapters.local.kafka import LocalKafka
 
         kafka = LocalKafka(Path(tempfile.mkdtemp(prefix="apexps-bench-")))
         bootstrap = kafka.start().bootstrap
@@ -463,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _create_topic(port: int) -> None:
-    from adapters.apex.pubsub_client import PubsubClient
+    from adapters.client.pubsub_client import PubsubClient
 
     async def run() -> None:
         client = await PubsubClient.connect("127.0.0.1", port, f"admin@{DOMAIN}")

@@ -35,7 +35,7 @@ import time
 import uuid
 from pathlib import Path
 
-from adapters.apex._batch_codec import DEFAULT_BATCH
+from adapters.apex.batch_codec import DEFAULT_BATCH
 from ops.bench import _profile as profiled
 from ops.bench.bench_pubsub import DOMAIN, ROOT, SIZE, TOPIC, _case, _create_topic, _raw
 
@@ -91,8 +91,8 @@ def _overhead(bootstrap: str, seconds: float, window: int) -> None:
 
 def _append(app: object, topic: str, count: int, source: str) -> None:
     from adapters.app import BrokerApp
-    from broker.errors import JournalUnavailable
     from broker.records import Publication
+    from common.errors import JournalUnavailable
 
     assert isinstance(app, BrokerApp)
     body = b"x" * SIZE
@@ -138,7 +138,7 @@ async def _repairs(bootstrap: str, count: int, cold: bool = False) -> None:
 
 
 async def _repair_subscriber(port: int, count: int) -> None:
-    from adapters.apex.pubsub_client import Delivered, PubsubClient
+    from adapters.client.pubsub_client import Delivered, PubsubClient
 
     source, link = f"pub@{DOMAIN}", "bench-gap"
     jade = await PubsubClient.connect("127.0.0.1", port, f"jade@{DOMAIN}", timeout=120)
@@ -178,7 +178,7 @@ def _cpu_seconds(pid: int) -> float:
 
 
 async def _heartbeats(bootstrap: str, links: int, seconds: float) -> None:
-    from adapters.apex.pubsub_client import LinkEvent, PubsubClient
+    from adapters.client.pubsub_client import LinkEvent, PubsubClient
     from broker.robust.config import DEFAULT_HEARTBEAT_MS
 
     server, port = _broker(bootstrap)
@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     kafka = None
     bootstrap = args.bootstrap
     if bootstrap is None:
-        from ops.kafka_local import LocalKafka
+        from adapters.local.kafka import LocalKafka
 
         kafka = LocalKafka(Path(tempfile.mkdtemp(prefix="apexps-bench-")))
         bootstrap = kafka.start().bootstrap

@@ -81,7 +81,7 @@ def bench_index(size: int, shared: bool, messages: int = 2_000) -> tuple[float, 
 
 
 def bench_spark(rows: int) -> float:
-    from ops.spark_session import local_session
+    from adapters.local.spark import local_session
 
     # No Kafka connector: this figure reads a generated DataFrame, not a topic.
     spark = local_session(app_name="bench-selectors", with_kafka=False)

@@ -8,8 +8,8 @@ import re
 
 from hypothesis import strategies as st
 
-from adapters.apex._batch_codec import BatchPacker, batch_data_item, batch_item
-from adapters.apex._robust_codec import (
+from adapters.apex.batch_codec import BatchPacker, batch_data_item, batch_item
+from adapters.apex.robust_codec import (
     MAX_BATCH_ITEMS,
     Heartbeat,
     Stamp,
@@ -19,8 +19,8 @@ from adapters.apex._robust_codec import (
     encode_robust,
     encode_stamp,
 )
-from broker.errors import ApexpsError
 from broker.records import PublishType
+from common.errors import ApexpsError
 from tests.apex.canonical_data import endpoints, plain_endpoints
 from tests.mutations import EDITS, edit_octets
 

@@ -16,7 +16,7 @@ import binascii
 import re
 
 from adapters.apex._batch_fast import ItemFields, _bounded, _known, _remembered
-from adapters.apex._robust_codec import (
+from adapters.apex.robust_codec import (
     MAX_BATCH_ITEMS,
     MAX_LINK_SEQ,
     MAX_LONG,
@@ -26,7 +26,7 @@ from adapters.apex._robust_codec import (
     StampKind,
     varied_stamp,
 )
-from broker.errors import ApexpsError
+from common.errors import ApexpsError
 
 __all__ = ["match_batch_python"]
 

@@ -12,8 +12,8 @@ from contextlib import contextmanager
 from hypothesis import strategies as st
 
 from adapters.apex import _multipart
-from adapters.apex._codec import BEEP_XML, Data, encode
-from adapters.apex._endpoint import Endpoint
+from adapters.apex.codec import BEEP_XML, Data, encode
+from adapters.apex.endpoint import Endpoint
 from tests.mutations import EDITS, edit_octets
 
 __all__ = ["datas", "deterministic_ids", "endpoints", "mutated_entities",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from adapters.apex._codec import (
+from adapters.apex.codec import (
     APEX_PROFILE,
     Attach,
     Data,
@@ -16,7 +16,7 @@ from adapters.apex._codec import (
     encode,
     encode_xml,
 )
-from adapters.apex._endpoint import Endpoint
+from adapters.apex.endpoint import Endpoint
 from adapters.beep import (
     BeepConnection,
     ChannelStarted,

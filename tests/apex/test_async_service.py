@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
-from adapters.apex._codec import Attach, Data, Error, Ok, Option
-from adapters.apex._endpoint import Endpoint
-from adapters.apex._relay import STATUS_REQUEST, ChannelRef, Outcome, Relay
-from adapters.apex.client import ApexClient
+from adapters.apex.codec import Attach, Data, Error, Ok, Option
+from adapters.apex.endpoint import Endpoint
+from adapters.apex.relay import STATUS_REQUEST, ChannelRef, Outcome, Relay
 from adapters.apex.server import ApexServer
-from broker.errors import ApexpsError, NotTaken
+from adapters.client.client import ApexClient
+from common.errors import ApexpsError, NotTaken
 
 FRED = Endpoint.parse("fred@example.com")
 SVC = Endpoint.parse("apex=echo@example.com")

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from lxml import etree
 
-from adapters.apex._batch_codec import (
+from adapters.apex.batch_codec import (
     BATCH_BYTES,
     MAX_BATCH_XML,
     BatchPacker,
@@ -20,7 +20,7 @@ from adapters.apex._batch_codec import (
     batch_item,
     decode_batch,
 )
-from adapters.apex._robust_codec import (
+from adapters.apex.robust_codec import (
     MAX_BATCH_ITEMS,
     Heartbeat,
     Stamp,
@@ -30,8 +30,8 @@ from adapters.apex._robust_codec import (
     encode_robust,
     encode_stamp,
 )
-from broker.errors import ApexpsError, InvalidParameter, ParameterSyntaxError, SyntaxError_
 from broker.records import PublishType
+from common.errors import ApexpsError, InvalidParameter, ParameterSyntaxError, SyntaxError_
 
 DTD = etree.DTD(str(Path(__file__).resolve().parents[2] / "docs" / "apexps-robust.dtd"))
 LINK = "desk <&>'\" 1"
@@ -165,7 +165,7 @@ def test_the_binding_example_decodes() -> None:
     assert batch.items[1].document == Heartbeat(5000)
 
 
-# --- the fan-out's per-message parts (adapters/apex/_sequenced.py) -------------------------
+# --- the fan-out's per-message parts (adapters/pubsub/sequenced.py) -------------------------
 
 _names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), min_size=1,
                  max_size=12)
@@ -183,7 +183,7 @@ def test_the_fanouts_item_equals_the_one_built_whole(
         refill: bool, snapshot: bool, content: bytes, content_type: str, links: int) -> None:
     # The fan-out makes a message's stamp part and content part once and reuses them for
     # every link it goes to: each link's item must be what the whole-item functions write.
-    from adapters.apex._deliveries import _batch_data_item
+    from adapters.pubsub._deliveries import _batch_data_item
     from broker.kafka_io import Position
     from broker.records import JournalEntry, RecordKind
     from broker.robust.links import LinkKind, LinkRecord
@@ -205,7 +205,7 @@ def test_the_fanouts_item_equals_the_one_built_whole(
 
 def test_a_stale_slot_under_a_reused_id_is_not_taken() -> None:
     # The parts are found by id(entry); once an entry is gone its id may name a new one.
-    from adapters.apex import _deliveries as _sequenced
+    from adapters.pubsub import _deliveries as _sequenced
     from broker.kafka_io import Position
     from broker.records import JournalEntry, RecordKind
     from broker.robust.links import LinkKind, LinkRecord

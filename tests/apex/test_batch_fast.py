@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from adapters.apex._batch_codec import (
+from adapters.apex._batch_fast import match_batch
+from adapters.apex.batch_codec import (
     MAX_BATCH_XML,
     Batch,
     BatchItem,
@@ -21,9 +22,8 @@ from adapters.apex._batch_codec import (
     batch_items,
     decode_batch,
 )
-from adapters.apex._batch_fast import match_batch
-from adapters.apex._robust_codec import MAX_BATCH_ITEMS, data_stamp_xml
-from broker.errors import ApexpsError
+from adapters.apex.robust_codec import MAX_BATCH_ITEMS, data_stamp_xml
+from common.errors import ApexpsError
 from tests.apex.batch_data import HAND_MADE_ITEM as _ITEM
 from tests.apex.batch_data import LINK, batches, mutated_batches, near_layout_batches
 from tests.apex.batch_data import hand_made as _doc

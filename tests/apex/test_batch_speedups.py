@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 
 from adapters import speedups
 from adapters.apex import _batch_fast
-from adapters.apex._batch_codec import MAX_BATCH_XML
 from adapters.apex._batch_fast import ItemFields, match_batch
-from adapters.apex._robust_codec import MAX_BATCH_ITEMS, MAX_LONG
+from adapters.apex.batch_codec import MAX_BATCH_XML
+from adapters.apex.robust_codec import MAX_BATCH_ITEMS, MAX_LONG
 from tests.apex.batch_data import (
     HAND_MADE_ITEM,
     batches,

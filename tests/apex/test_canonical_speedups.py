@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from adapters import speedups
 from adapters.apex._canonical import DataLayout, match_data
-from adapters.apex._codec import DEFAULT_MAX_XML_SIZE, Data, encode
-from adapters.apex._endpoint import Endpoint
+from adapters.apex.codec import DEFAULT_MAX_XML_SIZE, Data, encode
+from adapters.apex.endpoint import Endpoint
 from tests.apex.canonical_data import (
     datas,
     endpoints,

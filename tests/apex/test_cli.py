@@ -6,7 +6,7 @@ import asyncio
 import json
 import sys
 
-from adapters.apex._relay import Relay
+from adapters.apex.relay import Relay
 from adapters.apex.server import ApexServer
 
 APEXPS = [sys.executable, "-m", "adapters.cli.main", "--log-level", "warning"]

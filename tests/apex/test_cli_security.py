@@ -12,7 +12,7 @@ from pathlib import Path
 
 import trustme
 
-from adapters.apex._relay import Relay
+from adapters.apex.relay import Relay
 from adapters.apex.server import ApexServer
 from adapters.cli.main import build_parser
 from adapters.cli.security import load_users, server_security

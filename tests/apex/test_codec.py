@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapters.apex._codec import (
+from adapters.apex.codec import (
     BEEP_XML,
     DEFAULT_MAX_XML_DEPTH,
     Attach,
@@ -21,8 +21,8 @@ from adapters.apex._codec import (
     encode,
     encode_xml,
 )
-from adapters.apex._endpoint import Endpoint
-from broker.errors import ApexpsError, ReplyCode
+from adapters.apex.endpoint import Endpoint
+from common.errors import ApexpsError, ReplyCode
 
 FRED, BARNEY = Endpoint.parse("fred@example.com"), Endpoint.parse("barney@example.com")
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adapters.apex._codec import (
+from adapters.apex.codec import (
     BEEP_XML,
     DEFAULT_MAX_CONTENT_SIZE,
     DEFAULT_MAX_RECIPIENTS,
@@ -29,8 +29,8 @@ from adapters.apex._codec import (
     encode,
     plain_data,
 )
-from adapters.apex._endpoint import Endpoint
-from broker.errors import ApexpsError, ReplyCode
+from adapters.apex.endpoint import Endpoint
+from common.errors import ApexpsError, ReplyCode
 from tests.apex.canonical_data import (
     datas,
     deterministic_ids,

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from adapters.apex import Endpoint
-from broker.errors import ApexpsError, InvalidParameter, ReplyCode
+from common.errors import ApexpsError, InvalidParameter, ReplyCode
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from adapters.apex.client import ApexClient
 from adapters.apex.server import APEX_WINDOW
 from adapters.beep import (
     DEFAULT_MAX_MESSAGE_SIZE,
@@ -29,6 +28,7 @@ from adapters.beep import (
     Role,
     SeqFrame,
 )
+from adapters.client.client import ApexClient
 
 #: The server's peak resident set may not pass this, whatever the peers do.
 RSS_BOUND_KB = 300 * 1024

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adapters.apex._codec import Attach, Data, Error, Ok, Option, TargetHop, decode, encode
-from adapters.apex._endpoint import Endpoint
-from adapters.apex._options import (
+from adapters.apex.codec import Attach, Data, Error, Ok, Option, TargetHop, decode, encode
+from adapters.apex.endpoint import Endpoint
+from adapters.apex.options import (
     MAX_HOPS,
     MAX_MILLISECS,
     DataHopping,
@@ -23,8 +23,8 @@ from adapters.apex._options import (
     validate_options,
     with_hops,
 )
-from adapters.apex._relay import ChannelRef, Outcome, Relay
-from broker.errors import ParameterSyntaxError
+from adapters.apex.relay import ChannelRef, Outcome, Relay
+from common.errors import ParameterSyntaxError
 
 FRED, BARNEY = Endpoint.parse("fred@example.com"), Endpoint.parse("barney@example.com")
 A, B = ChannelRef(1, 1), ChannelRef(2, 1)

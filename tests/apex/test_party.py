@@ -10,10 +10,10 @@ from collections.abc import Awaitable, Generator, Iterable
 
 from lxml import etree
 
-from adapters.apex._codec import Attach, Data, Error, Ok, Option, TargetHop, Terminate
-from adapters.apex._endpoint import Endpoint
-from adapters.apex._options import DataTiming, data_timing, find_option, hop_limit, spend_hop
-from adapters.apex._relay import ChannelRef, Delivery, Outcome, Relay
+from adapters.apex.codec import Attach, Data, Error, Ok, Option, TargetHop, Terminate
+from adapters.apex.endpoint import Endpoint
+from adapters.apex.options import DataTiming, data_timing, find_option, hop_limit, spend_hop
+from adapters.apex.relay import ChannelRef, Delivery, Outcome, Relay
 from broker.holds import HeldData, HoldBook, HoldLimits
 
 FRED, BARNEY = Endpoint.parse("fred@a.example"), Endpoint.parse("barney@a.example")

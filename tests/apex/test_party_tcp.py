@@ -10,16 +10,16 @@ from contextlib import asynccontextmanager
 import pytest
 from lxml import etree
 
-from adapters.apex._codec import Data, Option, TargetHop
-from adapters.apex._endpoint import Endpoint
-from adapters.apex._options import DataTiming, data_timing, find_option, hop_limit
-from adapters.apex._relay import Relay
-from adapters.apex.client import ApexClient
+from adapters.apex.codec import Data, Option, TargetHop
+from adapters.apex.endpoint import Endpoint
+from adapters.apex.options import DataTiming, data_timing, find_option, hop_limit
+from adapters.apex.relay import Relay
 from adapters.apex.server import ApexServer
+from adapters.client.client import ApexClient
 from broker.core import BrokerCore
-from broker.errors import NotTaken, TransactionFailed
 from broker.holds import HoldLimits, KafkaHolds
 from broker.kafka_io import KafkaConfig
+from common.errors import NotTaken, TransactionFailed
 
 from .slow_app import SlowApp
 

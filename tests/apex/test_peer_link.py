@@ -9,11 +9,11 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from adapters.apex._endpoint import Endpoint
-from adapters.apex._relay import Relay
-from adapters.apex.client import ApexClient
+from adapters.apex.endpoint import Endpoint
+from adapters.apex.relay import Relay
 from adapters.apex.server import ApexServer
-from broker.errors import AccessDenied, NotTaken, TransactionInProgress
+from adapters.client.client import ApexClient
+from common.errors import AccessDenied, NotTaken, TransactionInProgress
 
 FRED, BARNEY = Endpoint.parse("fred@a.example"), Endpoint.parse("barney@b.example")
 TIMEOUT = 20.0

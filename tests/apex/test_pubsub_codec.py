@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adapters.apex._endpoint import Endpoint
-from adapters.apex._pubsub_codec import (
+from adapters.apex.endpoint import Endpoint
+from adapters.apex.pubsub_codec import (
     Cancel,
     CreateTopic,
     DeleteTopic,
@@ -22,7 +22,7 @@ from adapters.apex._pubsub_codec import (
     decode_pubsub,
     encode_pubsub,
 )
-from broker.errors import ApexpsError, ParameterSyntaxError, SyntaxError_
+from common.errors import ApexpsError, ParameterSyntaxError, SyntaxError_
 
 
 def test_the_drafts_examples() -> None:

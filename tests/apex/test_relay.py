@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from adapters.apex._codec import BEEP_XML, Attach, Bind, Data, Error, Ok, Option, Terminate
-from adapters.apex._endpoint import Endpoint
-from adapters.apex._relay import ChannelRef, Delivery, Outcome, Relay
-from broker.errors import ReplyCode
+from adapters.apex.codec import BEEP_XML, Attach, Bind, Data, Error, Ok, Option, Terminate
+from adapters.apex.endpoint import Endpoint
+from adapters.apex.relay import ChannelRef, Delivery, Outcome, Relay
+from common.errors import ReplyCode
 
 FRED, BARNEY = Endpoint.parse("fred@example.com"), Endpoint.parse("barney@example.com")
 A, B = ChannelRef(1, 1), ChannelRef(2, 1)

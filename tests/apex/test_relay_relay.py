@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.apex._codec import Attach, Bind, Data, Ok, Option, TargetHop, Terminate
-from adapters.apex._endpoint import Endpoint
-from adapters.apex._relay import ChannelRef, Delivery, Outcome, Relay
-from broker.errors import InvalidParameter
+from adapters.apex.codec import Attach, Bind, Data, Ok, Option, TargetHop, Terminate
+from adapters.apex.endpoint import Endpoint
+from adapters.apex.relay import ChannelRef, Delivery, Outcome, Relay
+from common.errors import InvalidParameter
 
 FRED, BARNEY = Endpoint.parse("fred@a.example"), Endpoint.parse("barney@b.example")
 WILMA = Endpoint.parse("wilma@a.example")

@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from lxml import etree
 
-from adapters.apex._codec import Data, Option, decode, encode
-from adapters.apex._endpoint import Endpoint
-from adapters.apex._robust_codec import (
+from adapters.apex.codec import Data, Option, decode, encode
+from adapters.apex.endpoint import Endpoint
+from adapters.apex.robust_codec import (
     MAX_BATCH_ITEMS,
     MAX_LINK_SEQ,
     PUBLISH_OPTION,
@@ -43,7 +43,8 @@ from adapters.apex._robust_codec import (
     publish_option,
     stamp_option,
 )
-from broker.errors import (
+from broker.records import PublishType
+from common.errors import (
     ApexpsError,
     BadGapRange,
     InvalidParameter,
@@ -52,7 +53,6 @@ from broker.errors import (
     RebuildRefused,
     SyntaxError_,
 )
-from broker.records import PublishType
 
 DTD = etree.DTD(str(Path(__file__).resolve().parents[2] / "docs" / "apexps-robust.dtd"))
 

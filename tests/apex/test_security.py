@@ -9,11 +9,11 @@ from collections.abc import Awaitable, Callable
 import pytest
 import trustme
 
-from adapters.apex._relay import Relay
-from adapters.apex.client import ApexClient
+from adapters.apex.relay import Relay
 from adapters.apex.server import ApexServer
 from adapters.beep import Users
-from broker.errors import (
+from adapters.client.client import ApexClient
+from common.errors import (
     AccessDenied,
     ApexpsError,
     AuthenticationFailed,

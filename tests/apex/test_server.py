@@ -6,10 +6,9 @@ import asyncio
 
 import pytest
 
-from adapters.apex._codec import Data
-from adapters.apex._endpoint import Endpoint
-from adapters.apex._relay import Relay
-from adapters.apex.client import ApexClient
+from adapters.apex.codec import Data
+from adapters.apex.endpoint import Endpoint
+from adapters.apex.relay import Relay
 from adapters.apex.server import APEX_WINDOW, ApexServer
 from adapters.beep import (
     BeepConfig,
@@ -20,7 +19,8 @@ from adapters.beep import (
     GreetingReceived,
     Role,
 )
-from broker.errors import AccessDenied, NotTaken
+from adapters.client.client import ApexClient
+from common.errors import AccessDenied, NotTaken
 
 
 async def _exchange() -> tuple[bytes, str]:

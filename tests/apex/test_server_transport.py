@@ -14,9 +14,8 @@ import pytest
 import trustme
 
 from adapters.apex import Data, Endpoint, Relay
-from adapters.apex._codec import Attach, decode, encode
 from adapters.apex._server_session import ServerSession
-from adapters.apex.client import ApexClient
+from adapters.apex.codec import Attach, decode, encode
 from adapters.apex.server import ApexServer
 from adapters.beep import (
     BeepConfig,
@@ -29,7 +28,8 @@ from adapters.beep import (
     Role,
 )
 from adapters.cli import loop as event_loop
-from broker.errors import InvalidParameter, NotTaken, ParameterSyntaxError
+from adapters.client.client import ApexClient
+from common.errors import InvalidParameter, NotTaken, ParameterSyntaxError
 
 T = TypeVar("T")
 FRED = Endpoint.parse("fred@example.com")

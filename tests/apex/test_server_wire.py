@@ -18,10 +18,10 @@ import re
 import pytest
 from structlog.testing import capture_logs
 
-from adapters.apex._relay import Relay
-from adapters.apex.client import ApexClient
+from adapters.apex.relay import Relay
 from adapters.apex.server import ApexServer
 from adapters.beep import BeepConnection, ChannelStarted, GreetingReceived, Role
+from adapters.client.client import ApexClient
 from tests.apex.tcp_proxy import TcpProxy
 
 #: Seconds a test waits for what the server must do at once; never slept, only awaited.

@@ -11,10 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from lxml import etree
 
-from adapters.apex._codec import Option
-from adapters.apex._endpoint import Endpoint
-from adapters.apex._pubsub_codec import Subscribe, decode_pubsub, encode_pubsub
-from adapters.apex._robust_codec import (
+from adapters.apex.codec import Option
+from adapters.apex.endpoint import Endpoint
+from adapters.apex.pubsub_codec import Subscribe, decode_pubsub, encode_pubsub
+from adapters.apex.robust_codec import (
     ROBUST_ELEMENTS,
     STAMP_OPTION,
     SnapshotRequest,
@@ -27,8 +27,8 @@ from adapters.apex._robust_codec import (
     encode_stamp,
     stamp_option,
 )
-from broker.errors import ApexpsError, InvalidParameter, ParameterSyntaxError, SyntaxError_
 from broker.records import PublishType
+from common.errors import ApexpsError, InvalidParameter, ParameterSyntaxError, SyntaxError_
 
 DTD = etree.DTD(str(Path(__file__).resolve().parents[2] / "docs" / "apexps-robust.dtd"))
 

@@ -54,11 +54,11 @@ from typing import Any
 import pytest
 
 from adapters.apex import Relay
-from adapters.apex._endpoint import Endpoint
-from adapters.apex.client import ApexClient
+from adapters.apex.endpoint import Endpoint
 from adapters.apex.server import ApexServer
 from adapters.beep import BeepConfig
-from broker.errors import NotTaken
+from adapters.client.client import ApexClient
+from common.errors import NotTaken
 from tests.apex.pcap import PcapWriter
 from tests.apex.slow_app import SlowApp
 from tests.apex.tcp_proxy import TcpProxy

@@ -30,7 +30,7 @@ from adapters.beep import (
     serialize_tuning,
 )
 from adapters.beep._management import Error
-from broker.errors import (
+from common.errors import (
     AccessDenied,
     ApexpsError,
     AuthenticationFailed,

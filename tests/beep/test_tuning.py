@@ -35,7 +35,7 @@ from adapters.beep import (
     TuningPolicy,
     Users,
 )
-from broker.errors import ConfigError
+from common.errors import ConfigError
 
 from .helpers import APEX
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from broker.access import parse_config
-from broker.errors import ConfigError
 from broker.records import AccessEffect
+from common.errors import ConfigError
 
 GOOD = b"""<?xml version='1.0'?>
 <!-- the example in docs/access-control.md, without its token entries -->

@@ -23,8 +23,8 @@ from broker.access import (
     subscriber_entry_id,
     validate_entry,
 )
-from broker.errors import AccessDenied, InvalidParameter
 from broker.records import AccessEffect, AccessEntry
+from common.errors import AccessDenied, InvalidParameter
 
 ALLOW, DENY = AccessEffect.ALLOW, AccessEffect.DENY
 JAZZ = "music.jazz.milesdavis"

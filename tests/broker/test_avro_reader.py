@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from broker._avro_reader import CannotCompile, Corrupt, UseFastavro, compile_reader
 from broker.codec import AVRO_DIR, HEADER_LEN, Codec
-from broker.errors import RecordSchemaError
+from common.errors import RecordSchemaError
 
 SHIPPED = sorted((p.name.split(".")[0], int(p.name.split(".")[1][1:]))
                  for p in AVRO_DIR.glob("*.avsc"))

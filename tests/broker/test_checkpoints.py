@@ -21,8 +21,8 @@ from broker.checkpoints import (
     state_key,
     sub_key,
 )
-from broker.errors import JournalUnavailable
 from broker.kafka_io import Position, StoredRecord
+from common.errors import JournalUnavailable
 
 BUCKET = 4  # seqs per index bucket: small, so the model crosses buckets
 

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.codec import HEADER_LEN, MARKER, Codec, crc64_avro, default_codec
-from broker.errors import RecordSchemaError, UnknownSchemaFingerprint
 from broker.records import Publication
+from common.errors import RecordSchemaError, UnknownSchemaFingerprint
 
 
 def _record(**over: object) -> dict[str, object]:

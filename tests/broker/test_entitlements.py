@@ -20,8 +20,8 @@ from broker.entitlements import (
     parse_token_items,
     parse_token_set,
 )
-from broker.errors import ConfigError, InvalidParameter
 from broker.records import AccessEffect, AccessEntry, AccessKind
+from common.errors import ConfigError, InvalidParameter
 from tests.broker.test_access_match import FakeStore
 
 GRANT, DENY = AccessEffect.ALLOW, AccessEffect.DENY

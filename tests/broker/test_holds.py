@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.core import BrokerCore
-from broker.errors import TransactionFailed
 from broker.holds import HeldData, HoldBook, HoldLimits, KafkaHolds
 from broker.kafka_io import KafkaConfig
+from common.errors import TransactionFailed
 
 
 def item(hold_id: str, recipient: str = "barney@x.example", *, originator: str = "fred@x.example",

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from broker._journal_writer import SCHEMA, DataRecordWriter
 from broker.codec import default_codec
-from broker.errors import RecordSchemaError
 from broker.records import Publication, PublishType
+from common.errors import RecordSchemaError
 
 text = st.text(max_size=12)
 longs = st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)

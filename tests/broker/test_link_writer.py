@@ -11,11 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.codec import default_codec
-from broker.errors import RecordSchemaError
 from broker.kafka_io import Position
 from broker.robust import _link_writer
 from broker.robust._link_writer import BATCH_SCHEMA, SCHEMA, LinkRecordWriter
 from broker.robust.links import LinkKind, LinkRecord
+from common.errors import RecordSchemaError
 
 longs = st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)
 ints = st.integers(min_value=-(1 << 31), max_value=(1 << 31) - 1)

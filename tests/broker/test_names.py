@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.errors import InvalidTopicName
 from broker.names import MAX_TOPIC_LEN, validate_topic
+from common.errors import InvalidTopicName
 
 
 @pytest.mark.parametrize("name", [

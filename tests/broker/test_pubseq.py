@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.errors import InvalidParameter, JournalUnavailable
 from broker.journal import Appended, BatchCallback, PublisherPosition
 from broker.kafka_io import Position
 from broker.publish_gate import AlreadyDurable, Outcome, PublishGate
 from broker.pubseq import PubseqLedger, Verdict
 from broker.records import Publication
+from common.errors import InvalidParameter, JournalUnavailable
 
 FRED = "fred@example.com"
 

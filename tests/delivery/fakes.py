@@ -15,10 +15,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from broker.delivery import Action, CatchUpDone, RepairAnswer, Send
-from broker.errors import ApexpsError, JournalUnavailable
 from broker.kafka_io import Position
 from broker.records import JournalEntry, PublishType, RecordKind
 from broker.robust.links import LinkBatchCallback, LinkHead, LinkItem, LinkKind, LinkRecord
+from common.errors import ApexpsError, JournalUnavailable
 
 
 def entry(topic: str, source: str, seq: int, position: Position, *,

@@ -4,8 +4,8 @@ the fan-out mark, failed appends, holds during repair, heartbeats, snapshots, wi
 from __future__ import annotations
 
 from broker.delivery import APPENDS_IN_FLIGHT, GATHER_LIMIT, RepairJob, Send
-from broker.errors import RebuildRefused
 from broker.robust.links import LinkKind
+from common.errors import RebuildRefused
 from tests.delivery.rig import HEARTBEAT_S, Rig, check_all, repair_resets
 
 FRED, BARNEY = "fred@example.com", "barney@example.com"

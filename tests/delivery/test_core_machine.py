@@ -15,9 +15,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from broker.delivery import RepairJob
 from broker.delivery import core as core_module
-from broker.errors import RebuildRefused
 from broker.records import JournalEntry
 from broker.robust.links import LinkKind
+from common.errors import RebuildRefused
 from tests.delivery.rig import Rig, check_all
 
 T1, T2 = "q.one", "q.two"

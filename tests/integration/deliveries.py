@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from adapters.apex.pubsub_client import Delivered, PubsubClient
+from adapters.client.pubsub_client import Delivered, PubsubClient
 
 
 async def deliveries(client: PubsubClient, count: int, timeout_s: float = 30) -> list[Delivered]:

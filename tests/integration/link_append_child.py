@@ -12,9 +12,9 @@ import sys
 import threading
 
 from broker.core import BrokerCore
-from broker.errors import JournalUnavailable
 from broker.kafka_io import KafkaConfig, Position
 from broker.robust.links import LinkItem, LinkKind, LinkRecord
+from common.errors import JournalUnavailable
 
 BATCH = 50
 

@@ -11,9 +11,9 @@ import pytest
 
 from broker.access import AccessControl, Token
 from broker.core import BrokerCore
-from broker.errors import ConfigError
 from broker.kafka_io import watermarks
 from broker.records import AccessEffect, AccessEntry, now_ms
+from common.errors import ConfigError
 
 pytestmark = pytest.mark.kafka
 

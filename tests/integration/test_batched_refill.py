@@ -10,12 +10,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from adapters.apex import ApexClient
-from adapters.apex._batch_codec import BATCH_ITEM_CONTENT, decode_batch
-from adapters.apex._codec import Data
-from adapters.apex._robust_codec import StampKind, find_stamp
-from adapters.apex.pubsub_client import Delivered, Ended, LinkEvent, PubsubClient
+from adapters.apex.batch_codec import BATCH_ITEM_CONTENT, decode_batch
+from adapters.apex.codec import Data
+from adapters.apex.robust_codec import StampKind, find_stamp
 from adapters.app import BrokerApp
+from adapters.client.client import ApexClient
+from adapters.client.pubsub_client import Delivered, Ended, LinkEvent, PubsubClient
 from broker.entitlements import parse_token_set
 from broker.kafka_io import KafkaConfig
 from broker.records import AccessEffect, AccessEntry, AccessKind, Publication, now_ms

@@ -11,7 +11,7 @@ Every violation fails the test: a message missing, delivered twice, out of per-s
 or carrying a token its subscriber is denied. Two faults this run found are fixed and each has
 a test of its own: messages journaled but not yet on their links at a kill -9 were lost (the
 fan-out mark, tests/integration/test_fanout_mark.py), and a source repair slower than the
-stub's timeout never completed (tests/apex/test_stub.py, the slow-repair round).
+stub's timeout never completed (tests/client/test_resequencer.py, the slow-repair round).
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
+from adapters.local.kafka import LocalKafka
 from broker.core import BrokerCore
-from broker.errors import InvalidParameter, InvalidTopicName, RecordSchemaError
 from broker.kafka_io import KafkaConfig, watermarks
 from broker.records import (
     AccessEffect,
@@ -20,7 +20,7 @@ from broker.records import (
     Topic,
     now_ms,
 )
-from ops.kafka_local import LocalKafka
+from common.errors import InvalidParameter, InvalidTopicName, RecordSchemaError
 
 pytestmark = pytest.mark.kafka
 

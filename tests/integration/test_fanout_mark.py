@@ -13,8 +13,8 @@ import asyncio
 
 import pytest
 
-from adapters.apex.pubsub_client import PubsubClient
 from adapters.app import BrokerApp
+from adapters.client.pubsub_client import PubsubClient
 from broker.core import BrokerCore
 from broker.kafka_io import KafkaConfig
 from broker.records import Publication

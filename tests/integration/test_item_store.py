@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from broker.core import BrokerCore
-from broker.errors import JournalUnavailable
 from broker.kafka_io import KafkaConfig, KafkaProducer, ensure_topics, read_partition, watermarks
 from broker.records import JournalEntry, Publication, PublishType, RecordKind
 from broker.robust import items as items_module
 from broker.robust.items import ItemStore
+from common.errors import JournalUnavailable
 
 pytestmark = pytest.mark.kafka
 

@@ -10,10 +10,10 @@ import pytest
 from structlog.testing import capture_logs
 
 from broker.core import BrokerCore
-from broker.errors import InvalidParameter, InvalidTopicName, JournalUnavailable
 from broker.journal import Appended, Journal
 from broker.kafka_io import KafkaConfig, KafkaProducer, ensure_topics, watermarks
 from broker.records import Publication, RecordKind
+from common.errors import InvalidParameter, InvalidTopicName, JournalUnavailable
 
 pytestmark = pytest.mark.kafka
 

@@ -15,17 +15,17 @@ from collections.abc import Iterator
 import pytest
 
 from broker.core import BrokerCore
-from broker.errors import (
-    BadGapRange,
-    LinkContextGone,
-    NotYourLink,
-    RebuildRefused,
-)
 from broker.kafka_io import KafkaConfig, Position
 from broker.records import Publication, PublishType
 from broker.robust.config import RobustConfig
 from broker.robust.links import LinkItem, LinkKind, LinkLog, LinkRecord
 from broker.robust.refill import refill
+from common.errors import (
+    BadGapRange,
+    LinkContextGone,
+    NotYourLink,
+    RebuildRefused,
+)
 
 pytestmark = [pytest.mark.kafka]
 

@@ -13,13 +13,13 @@ import asyncio
 
 import pytest
 
-from adapters.apex.pubsub_client import Delivered, PubsubClient
 from adapters.app import BrokerApp
+from adapters.client.pubsub_client import Delivered, PubsubClient
 from broker.core import BrokerCore
-from broker.errors import InvalidParameter
 from broker.kafka_io import KafkaConfig
 from broker.robust.config import RobustConfig
 from broker.robust.links import LinkItem
+from common.errors import InvalidParameter
 
 pytestmark = pytest.mark.kafka
 

@@ -8,8 +8,8 @@ import signal
 
 import pytest
 
-from adapters.apex._endpoint import Endpoint
-from adapters.apex.client import ApexClient
+from adapters.apex.endpoint import Endpoint
+from adapters.client.client import ApexClient
 from tests.integration.broker_process import start_broker
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]

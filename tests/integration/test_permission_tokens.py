@@ -14,16 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from adapters.apex._codec import Data
-from adapters.apex._robust_codec import StampKind, Withheld
-from adapters.apex.pubsub import PubsubHandler
-from adapters.apex.pubsub_client import Delivered, Ended, LinkEvent, PubsubClient
-from adapters.apex.stub import Action, Deliver, SubscriberStub
+from adapters.apex.codec import Data
+from adapters.apex.robust_codec import StampKind, Withheld
 from adapters.app import BrokerApp
+from adapters.client.pubsub_client import Delivered, Ended, LinkEvent, PubsubClient
+from adapters.client.resequencer import Action, Deliver, Resequencer
+from adapters.pubsub.handler import PubsubHandler
 from broker.access import AccessControl, access_registry
 from broker.core import BrokerCore
 from broker.entitlements import parse_token_set
-from broker.errors import InvalidParameter
 from broker.kafka_io import KafkaConfig, KafkaProducer, Position
 from broker.pubsub import PubsubService
 from broker.records import (
@@ -36,6 +35,7 @@ from broker.records import (
     now_ms,
 )
 from broker.robust.config import RobustConfig
+from common.errors import InvalidParameter
 
 pytestmark = pytest.mark.kafka
 
@@ -273,7 +273,7 @@ async def _withheld(config: KafkaConfig) -> None:
                           (4, "withheld", None)]
 
         # the stub takes the withheld seqs as consumed: contiguous, nothing asked again
-        stub = SubscriberStub("jade-late", 32, 600.0)
+        stub = Resequencer("jade-late", 32, 600.0)
         actions: list[Action] = []
         for event in refilled:
             assert event.stamp is not None

@@ -8,14 +8,14 @@ import asyncio
 
 import pytest
 
-from adapters.apex._codec import Option
-from adapters.apex._robust_codec import PUBLISH_OPTION
-from adapters.apex.pubsub_client import Delivered, PubsubClient
+from adapters.apex.codec import Option
+from adapters.apex.robust_codec import PUBLISH_OPTION
 from adapters.app import BrokerApp
-from broker.errors import InvalidParameter, ParameterSyntaxError, SyntaxError_
+from adapters.client.pubsub_client import Delivered, PubsubClient
 from broker.kafka_io import KafkaConfig
 from broker.records import PublishType
 from broker.robust.config import RobustConfig
+from common.errors import InvalidParameter, ParameterSyntaxError, SyntaxError_
 
 pytestmark = pytest.mark.kafka
 

@@ -15,17 +15,17 @@ from collections.abc import Callable
 
 import pytest
 
-from adapters.apex.publisher import ReliablePublisher
-from adapters.apex.pubsub_client import Delivered, PubsubClient
-from adapters.apex.reconnect import ReconnectPolicy
 from adapters.app import BrokerApp
+from adapters.client.publisher import ReliablePublisher
+from adapters.client.pubsub_client import Delivered, PubsubClient
+from adapters.client.reconnect import ReconnectPolicy
 from broker.core import BrokerCore
-from broker.errors import JournalUnavailable, NotTaken, ServiceNotAvailable
 from broker.journal import Appended, PublisherPosition
 from broker.kafka_io import KafkaConfig
 from broker.publish_gate import AlreadyDurable, Outcome, PublishGate
 from broker.records import JournalEntry, Publication, RecordKind
 from broker.robust.config import RobustConfig
+from common.errors import JournalUnavailable, NotTaken, ServiceNotAvailable
 from tests.integration.broker_process import start_broker
 
 pytestmark = pytest.mark.kafka

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from adapters.apex.pubsub import DEFAULT_HOPS
-from adapters.apex.pubsub_client import PubsubClient
+from adapters.client.pubsub_client import PubsubClient
 from broker.kafka_io import KafkaConfig, watermarks
+from broker.names import DEFAULT_HOPS
 from tests.integration.broker_process import logged, start_broker
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]

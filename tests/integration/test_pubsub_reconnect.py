@@ -14,8 +14,8 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from adapters.apex.pubsub_client import Delivered, PubsubClient
-from adapters.apex.reconnect import (
+from adapters.client.pubsub_client import Delivered, PubsubClient
+from adapters.client.reconnect import (
     ConnectionEvent,
     Disconnected,
     Reconnected,

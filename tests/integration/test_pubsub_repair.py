@@ -3,8 +3,8 @@ over TCP. After a gap the broker can no longer fill (569), a repair starts a new
 reset carries the request's transID, resends every missed message once in per-source order,
 and goes on into live data with no gap and no duplicate — also while publishers keep
 publishing; `since` brings back unnamed sources; refused repairs (570, 537, 553) change
-nothing; and the real subscriber stub (adapters/apex/stub.py) rides through a forced loss of
-link context on its own.
+nothing; and the real subscriber stub (adapters/client/resequencer.py) rides through a forced loss
+of link context on its own.
 
 The subscriber side is a bare `ApexClient` here, so every item is seen in the order the broker
 sent it (data, resets and linkreplies alike)."""
@@ -18,11 +18,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from adapters.apex import ApexClient
-from adapters.apex._batch_codec import decode_batch
-from adapters.apex._codec import BEEP_XML
-from adapters.apex._endpoint import Endpoint
-from adapters.apex._robust_codec import (
+from adapters.apex.batch_codec import decode_batch
+from adapters.apex.codec import BEEP_XML
+from adapters.apex.endpoint import Endpoint
+from adapters.apex.robust_codec import (
     GapRequest,
     LinkReply,
     RepairRequest,
@@ -34,9 +33,10 @@ from adapters.apex._robust_codec import (
     encode_robust,
     find_stamp,
 )
-from adapters.apex.pubsub_client import PubsubClient
-from adapters.apex.stub import Deliver, RequestGap, RequestRepair, Reset, SubscriberStub
 from adapters.app import BrokerApp
+from adapters.client.client import ApexClient
+from adapters.client.pubsub_client import PubsubClient
+from adapters.client.resequencer import Deliver, RequestGap, RequestRepair, Resequencer, Reset
 from broker.kafka_io import KafkaConfig
 from broker.robust.config import RobustConfig
 
@@ -324,7 +324,7 @@ async def _stub(config: KafkaConfig) -> None:
     async with BrokerApp(config, robust=QUIET) as app:
         pa, pb, wire = await _setup(app, take_reset=False)
         caps = await pa.capabilities()  # what the stub is told to expect
-        stub = SubscriberStub(LINK, caps.seq_bits, caps.heartbeat_ms / 1000, max_gap=caps.max_gap)
+        stub = Resequencer(LINK, caps.seq_bits, caps.heartbeat_ms / 1000, max_gap=caps.max_gap)
         loop = asyncio.get_running_loop()
         delivered: list[Stamp] = []
         asked: list[RequestGap | RequestRepair] = []

@@ -12,9 +12,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from adapters.apex.pubsub_client import Delivered, Ended, LinkEvent, PubsubClient
 from adapters.app import BrokerApp
-from broker.errors import (
+from adapters.client.pubsub_client import Delivered, Ended, LinkEvent, PubsubClient
+from broker.kafka_io import KafkaConfig
+from broker.robust.config import RobustConfig
+from common.errors import (
     AccessDenied,
     ApexpsError,
     InvalidParameter,
@@ -22,8 +24,6 @@ from broker.errors import (
     RebuildRefused,
     ServiceNotAvailable,
 )
-from broker.kafka_io import KafkaConfig
-from broker.robust.config import RobustConfig
 from tests.integration.broker_process import start_broker
 from tests.integration.deliveries import deliveries
 

@@ -16,12 +16,12 @@ import pytest
 from lxml import etree
 
 from adapters.apex import Endpoint
-from adapters.apex.client import ApexClient
-from adapters.apex.pubsub_client import Delivered, Ended, PubsubClient
 from adapters.app import BrokerApp
+from adapters.client.client import ApexClient
+from adapters.client.pubsub_client import Delivered, Ended, PubsubClient
 from broker.core import BrokerCore
-from broker.errors import AccessDenied, ApexpsError, InvalidParameter, NotTaken
 from broker.kafka_io import KafkaConfig, watermarks
+from common.errors import AccessDenied, ApexpsError, InvalidParameter, NotTaken
 from tests.integration.broker_process import start_broker
 
 pytestmark = pytest.mark.kafka

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.apex.pubsub_client import Delivered, PubsubClient
+from adapters.client.pubsub_client import Delivered, PubsubClient
 from tests.integration.broker_process import logged, start_broker
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]

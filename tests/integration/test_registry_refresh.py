@@ -11,10 +11,10 @@ import pytest
 from confluent_kafka import Consumer
 
 import broker.kafka_io as kafka_io
+from adapters.local.kafka import LocalKafka
 from broker.access import access_registry
 from broker.codec import default_codec
 from broker.core import BrokerCore
-from broker.errors import JournalUnavailable
 from broker.kafka_io import (
     KafkaConfig,
     KafkaProducer,
@@ -25,7 +25,7 @@ from broker.kafka_io import (
 )
 from broker.records import AccessEffect, AccessEntry, now_ms
 from broker.registry import Registry
-from ops.kafka_local import LocalKafka
+from common.errors import JournalUnavailable
 
 pytestmark = pytest.mark.kafka
 

@@ -10,10 +10,10 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from broker.core import BrokerCore
-from broker.errors import RebuildRefused
 from broker.journal import Journal
 from broker.records import JournalEntry, Publication
 from broker.robust.repair import select_catch_up
+from common.errors import RebuildRefused
 
 pytestmark = pytest.mark.kafka
 

@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
-from adapters.apex.pubsub_client import Delivered, PubsubClient
-from adapters.apex.reconnect import ReconnectPolicy
-from adapters.apex.robust_client import Message, RobustSubscriber
-from adapters.apex.stub import Positions
 from adapters.app import BrokerApp
-from broker.errors import ApexpsError
+from adapters.client.pubsub_client import Delivered, PubsubClient
+from adapters.client.reconnect import ReconnectPolicy
+from adapters.client.resequencer import Positions
+from adapters.client.robust_client import Message, RobustSubscriber
 from broker.kafka_io import KafkaConfig
 from broker.robust.config import RobustConfig
+from common.errors import ApexpsError
 from tests.apex.tcp_proxy import TcpProxy
 from tests.integration.broker_process import start_broker
 

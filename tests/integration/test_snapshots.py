@@ -13,10 +13,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from adapters.apex.pubsub_client import Delivered, Ended, LinkEvent, PubsubClient
-from adapters.apex.stub import Deliver, SubscriberStub
 from adapters.app import BrokerApp
-from broker.errors import (
+from adapters.client.pubsub_client import Delivered, Ended, LinkEvent, PubsubClient
+from adapters.client.resequencer import Deliver, Resequencer
+from broker.kafka_io import KafkaConfig, read_partition
+from broker.records import PublishType
+from broker.robust.config import RobustConfig
+from common.errors import (
     AccessDenied,
     ApexpsError,
     InvalidParameter,
@@ -24,9 +27,6 @@ from broker.errors import (
     ParameterSyntaxError,
     SyntaxError_,
 )
-from broker.kafka_io import KafkaConfig, read_partition
-from broker.records import PublishType
-from broker.robust.config import RobustConfig
 from tests.integration.broker_process import start_broker
 
 pytestmark = pytest.mark.kafka
@@ -158,7 +158,7 @@ async def _subscribe_during_publishing(config: KafkaConfig) -> None:
         seqs = [d.stamp.source_seq for d in snap if d.stamp]
         assert seqs == sorted(seqs)  # one source: its seqs rise, each image before its deltas
         # The subscriber stub hands the application all of it: state, then the stream.
-        stub = SubscriberStub("jade-desk", caps.seq_bits, 600.0)
+        stub = Resequencer("jade-desk", caps.seq_bits, 600.0)
         delivered = []
         for d in data:
             assert d.stamp is not None

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.errors import ConfigError
 from broker.robust.config import RobustConfig
+from common.errors import ConfigError
 
 
 def test_defaults_are_consistent() -> None:

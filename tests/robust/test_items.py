@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.errors import InvalidParameter
 from broker.kafka_io import KafkaConfig, Position
 from broker.records import JournalEntry, PublishType, RecordKind
 from broker.robust.items import ItemLimits, ItemState, ItemStore, ItemVersion, reduce
+from common.errors import InvalidParameter
 
 PUBLISHED = [t for t in PublishType if t is not PublishType.SNAPSHOT]
 TOPICS = ("q.a", "q.b")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.errors import InvalidParameter
 from broker.robust.linkid import MAX_LINK_ID_LEN, default_link_id, validate_link_id
+from common.errors import InvalidParameter
 
 
 def test_names_and_endpoints_are_link_ids() -> None:

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.errors import BadGapRange, InvalidParameter, RebuildRefused
 from broker.robust.linkseq import SUPPORTED_BITS, LinkSeqSpace
+from common.errors import BadGapRange, InvalidParameter, RebuildRefused
 
 S16 = LinkSeqSpace(16)
 _spaces = st.sampled_from([LinkSeqSpace(b) for b in SUPPORTED_BITS])

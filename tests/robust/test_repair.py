@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.errors import RebuildRefused
 from broker.kafka_io import Position
 from broker.records import JournalEntry, PublishType, RecordKind
 from broker.robust.repair import CatchUp
+from common.errors import RebuildRefused
 
 A, B, C = "a@example.com", "b@example.com", "c@example.com"
 SUB = "jade@example.com"

@@ -6,7 +6,7 @@ import pytest
 from lxml import etree
 
 from broker import selectors
-from broker.errors import InvalidMessage, ReplyCode, SelectorError
+from common.errors import InvalidMessage, ReplyCode, SelectorError
 
 # Draft §5.2's equity-quote message (with the closing quote its xmlns:ps attribute lacks).
 DRAFT_MESSAGE = b"""<ps:message-content transID='101'

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from broker import selectors
-from broker.errors import ReplyCode, SelectorError, UnsupportedSelectorClass
+from common.errors import ReplyCode, SelectorError, UnsupportedSelectorClass
 
 Fields = dict[str, list[str]]
 

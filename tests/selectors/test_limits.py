@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from broker import selectors
-from broker.errors import SelectorError
 from broker.selectors import DEFAULT_MAX_NESTING, DEFAULT_MAX_SELECTOR_LENGTH
+from common.errors import SelectorError
 
 
 @pytest.mark.timeout(10)

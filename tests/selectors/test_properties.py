@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from broker import selectors
-from broker.errors import SelectorError
+from common.errors import SelectorError
 
 from .generator import VALUES, JmsGen, LdapGen
 

@@ -1,0 +1,2 @@
+"""The client library: ApexClient and the clients built on it.
+"""

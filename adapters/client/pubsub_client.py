@@ -1,0 +1,514 @@
+"""`PubsubClient`: an application's handle on `apex=pubsub@domain` (the client library).
+
+It attaches as one endpoint and then: manages topics, subscribes and cancels (each call returns
+when the service's reply with the same transID arrives, and raises the `ApexpsError` of any code
+other than 250), publishes (returns once the broker holds the message durably), and yields what
+the service sends unprompted — forwarded messages and the cancel that ends a subscription — from
+`events()`.
+
+Robust delivery (docs/robust-binding.md): each `Delivered` carries its sequence stamp when the
+broker sequences deliveries; heartbeats and resets are yielded as `LinkEvent` when asked for
+(`link_events=True`); `gap` asks for a link range again and `capabilities` what the service
+offers. A subscriber stub takes one link over with `listen_link`: everything of that link --
+stamped deliveries, heartbeats, resets, and each `linkreply` no request of this client awaits --
+goes to its listener instead of `events()`, and it sends its requests with `post` under transIDs
+from `new_trans_id`, so they never collide with this client's own (see robust_client.py).
+`pubstatus` asks where our publishing stands (§8); `adapters.client.publisher` builds
+duplicate-free, resending publishing on it.
+`subscribe(..., snapshot=True)` first gets the current state of the topic's data items
+and `snapshot` gets it once, without subscribing (§9): those items' stamps say `snapshot`.
+
+With `connect(..., reconnect=ReconnectPolicy(...))` it rides a `ReconnectingApexClient`: a lost
+connection is re-dialled and the endpoint re-attached, and `events()` goes on across it. A
+subscription lives in the broker, not in the connection, so a subscriber that comes back keeps
+receiving without subscribing again (what was forwarded while it was away is not replayed by
+this service; gap repair comes with robust delivery). A request whose reply was still due when
+the connection went raises `ServiceNotAvailable`: the reply, if any, went to the old session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import structlog
+
+from adapters.apex.batch_codec import DEFAULT_BATCH, ItemFields, batch_items
+from adapters.apex.codec import Data, Option
+from adapters.apex.endpoint import Endpoint
+from adapters.apex.pubsub_codec import (
+    Cancel,
+    CreateTopic,
+    DeleteTopic,
+    ListTopics,
+    PubsubOperation,
+    Reply,
+    Subscribe,
+    TopicList,
+    decode_pubsub,
+    encode_pubsub,
+)
+from adapters.apex.robust_codec import (
+    MAX_TRANS_ID,
+    ROBUST_ELEMENTS,
+    Capabilities,
+    CapabilityQuery,
+    GapRequest,
+    LinkReply,
+    PublishMeta,
+    PubStatus,
+    PubStatusQuery,
+    RepairRequest,
+    RobustDocument,
+    SnapshotRequest,
+    SourcePosition,
+    Stamp,
+    decode_robust,
+    encode_robust,
+    find_stamp,
+    publish_option,
+)
+from broker.names import SERVICE
+from broker.records import PublishType
+from common.errors import ApexpsError, ServiceNotAvailable
+
+from .client import DEFAULT_TIMEOUT, ApexClient
+from .reconnect import ConnectionEvent, Disconnected, ReconnectingApexClient, ReconnectPolicy
+
+__all__ = ["Delivered", "Ended", "LinkEvent", "LinkListener", "LinkTraffic", "PubsubClient"]
+
+log = structlog.get_logger(__name__)
+
+_PLAIN = PublishMeta()
+#: Topics whose address and originator text one client keeps (more start the caches over).
+_ORIGINS_LIMIT = _TOPICS_LIMIT = 1024
+
+
+class _Own(Enum):
+    """`subscribe`'s default batch: DEFAULT_BATCH for ourselves, none for another."""
+
+    OWN = "own"
+
+
+OWN = _Own.OWN
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """A message forwarded to us for `topic`."""
+
+    topic: str
+    originator: str
+    content: bytes
+    content_type: str
+    #: the `apexps.seq` stamp (link, link seq, source, source seq …), if the broker sent one
+    stamp: Stamp | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LinkEvent:
+    """A heartbeat, reset or withheld seq on one of our links (only with
+    `link_events=True`)."""
+
+    stamp: Stamp
+    document: RobustDocument
+
+
+_Answer = Reply | TopicList | LinkReply | Capabilities | PubStatus
+_PUBSUB_OPS = (Cancel, CreateTopic, DeleteTopic, ListTopics, Reply, Subscribe, TopicList)
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """The service cancelled our subscription to `topic` (expiry or topic deletion)."""
+
+    topic: str
+    subscriber: str
+
+
+#: What `listen_link` hands its listener; None: nothing more will come (the connection is gone
+#: and no reconnection will follow).
+LinkTraffic = Delivered | LinkEvent | LinkReply | None
+LinkListener = Callable[[LinkTraffic], None]
+
+
+class _Inbox:
+    """What `events()` yields, in order: asyncio.Queue's `put_nowait`, and a wait for the next,
+    for less (a subscriber puts every delivery through it, and the queue's bookkeeping for
+    `join()` and a coroutine per item showed among the subscriber's largest costs under
+    cProfile)."""
+
+    __slots__ = ("_waiters", "items")
+
+    def __init__(self) -> None:
+        self.items: deque[Delivered | Ended | LinkEvent | None] = deque()
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def put_nowait(self, item: Delivered | Ended | LinkEvent | None) -> None:
+        self.items.append(item)
+        if self._waiters:
+            waiters, self._waiters = self._waiters, []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    async def wait(self) -> None:
+        """Until something is put (at once if something is there)."""
+        if self.items:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        finally:  # cancelled: no longer waiting
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+
+class PubsubClient:
+    def __init__(self, client: ApexClient | ReconnectingApexClient, endpoint: Endpoint,
+                 service_domain: str | None = None, *, link_events: bool = False) -> None:
+        """`service_domain`: whose apex=pubsub to use (default: our own domain's; another
+        domain's is reached through our relay's relay-relay links). `link_events`: also
+        yield heartbeats and resets from `events()`."""
+        self.client, self.endpoint = client, endpoint
+        self.link_events = link_events
+        self.service = Endpoint(SERVICE, service_domain or endpoint.domain)
+        self._trans_ids = itertools.count(1)
+        self._waiting: dict[int, asyncio.Future[_Answer]] = {}
+        self._events = _Inbox()
+        self._links: dict[str, LinkListener] = {}
+        #: each topic's publication address, `apex=pubsub/TOPIC@D`
+        self._topics: dict[str, Endpoint] = {}
+        #: each topic's originator text, for the deliveries a batch holds
+        self._origins: dict[tuple[str, str], str] = {}
+        self._closed = False
+        # Each data is routed in the connection's read loop as it is decoded, not by a task of
+        # ours woken per data.
+        client.deliver_to(self._received)
+        if isinstance(client, ReconnectingApexClient):
+            client.add_listener(self._connection_event)
+
+    @classmethod
+    async def connect(cls, host: str, port: int, endpoint: Endpoint | str, *,
+                      timeout: float = DEFAULT_TIMEOUT,
+                      service_domain: str | None = None, link_events: bool = False,
+                      reconnect: ReconnectPolicy | None = None,
+                      **security: Any) -> PubsubClient:
+        """`security`: ApexClient.connect's tls, sasl, mechanism and server_hostname.
+        `reconnect`: survive lost connections by this policy (see the module docstring); the
+        `ReconnectingApexClient` is `.client`, for its `add_listener`."""
+        me = Endpoint.parse(endpoint) if isinstance(endpoint, str) else endpoint
+        client: ApexClient | ReconnectingApexClient
+        if reconnect is None:
+            client = await ApexClient.connect(host, port, timeout, **security)
+        else:
+            client = await ReconnectingApexClient.connect(host, port, timeout,
+                                                          policy=reconnect, **security)
+        try:
+            await client.attach(me)
+        except BaseException:
+            await client.close()
+            raise
+        return cls(client, me, service_domain, link_events=link_events)
+
+    async def close(self) -> None:
+        self._closed = True  # what the connection hands on from here is nobody's
+        await self.client.close()
+
+    async def __aenter__(self) -> PubsubClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    # --- requests -----------------------------------------------------------------------
+
+    async def _ask(self, op: PubsubOperation | RobustDocument, trans_id: int) -> _Answer:
+        future: asyncio.Future[_Answer] = asyncio.get_running_loop().create_future()
+        self._waiting[trans_id] = future
+        content = (encode_pubsub(op) if isinstance(op, _PUBSUB_OPS) else
+                   encode_robust(op))
+        try:
+            await self.client.send(self.endpoint, [self.service], content,
+                                   "application/beep+xml")
+            answer = await asyncio.wait_for(future, self.client.timeout)
+        finally:
+            self._waiting.pop(trans_id, None)
+        if isinstance(answer, Reply) and answer.code != 250:
+            raise ApexpsError.for_code(answer.code, answer.text or None)
+        if isinstance(answer, LinkReply) and (exc := answer.exception()) is not None:
+            raise exc
+        return answer
+
+    async def create_topic(self, topic: str) -> None:
+        trans = self.new_trans_id()
+        await self._ask(CreateTopic(topic, trans), trans)
+
+    async def delete_topic(self, topic: str) -> None:
+        trans = self.new_trans_id()
+        await self._ask(DeleteTopic(topic, trans), trans)
+
+    async def list_topics(self) -> list[str]:
+        trans = self.new_trans_id()
+        answer = await self._ask(ListTopics(trans), trans)
+        return list(answer.names) if isinstance(answer, TopicList) else []
+
+    async def subscribe(self, topic: str, duration: int = 3600,
+                        subscriber: Endpoint | str | None = None,
+                        link: str | None = None, *, snapshot: bool = False,
+                        batch: int | _Own | None = OWN) -> None:
+        """`link`: the link the subscription's data travel on (default: the subscriber).
+        `snapshot`: the link first carries the current images and deltas of the topic's data
+        items (stamp.snapshot), then live data (robust-binding §9). `batch`: the link's live
+        data may come packed, up to this many per data (§5.4; None: one data each); they
+        arrive one by one either way. By default our own subscriptions ask for
+        DEFAULT_BATCH, and one on another's behalf for none: its client may not unpack."""
+        trans = self.new_trans_id()
+        who = self._endpoint(subscriber)
+        if isinstance(batch, _Own):
+            batch = DEFAULT_BATCH if who == self.endpoint else None
+        await self._ask(Subscribe(who, topic, trans, duration, link, snapshot, batch), trans)
+
+    async def snapshot(self, topic: str, message_id: str | None = None,
+                       link: str | None = None) -> None:
+        """The current images and deltas of `topic`'s data items (or of one item) once, on
+        `link` (default: our endpoint), without subscribing (robust-binding §9). They arrive
+        from `events()` (stamp.snapshot) before this returns; a refusal raises its
+        `ApexpsError` (550 unknown topic, 537, …)."""
+        trans = self.new_trans_id()
+        await self._ask(SnapshotRequest(topic, trans, message_id, link), trans)
+
+    async def gap(self, link: str, link_from: int, link_to: int | None = None,
+                  epoch: int | None = None, *, batch: int | None = DEFAULT_BATCH) -> LinkReply:
+        """Ask for link seqs `link_from..link_to` again (§5.1). The refilled items arrive
+        from `events()` (stamp.refill) before this returns the 250 `linkreply`; any other code
+        raises its `ApexpsError` (553, 537, 569, 570). `batch`: how many items the broker may
+        pack into one data (§5.4; None: one data each); they arrive one by one either way."""
+        trans = self.new_trans_id()
+        answer = await self._ask(GapRequest(link, link_from, trans, link_to, epoch, batch),
+                                 trans)
+        assert isinstance(answer, LinkReply)
+        return answer
+
+    async def repair(self, link: str, sources: Iterable[tuple[str, int]] = (),
+                     since: int | None = None, epoch: int | None = None, *,
+                     batch: int | None = DEFAULT_BATCH) -> LinkReply:
+        """Repair `link` by source (§5.2): per (source, last source seq we have), everything
+        after it; for other sources, what the journal accepted at or after `since` (ms). The
+        reset that starts the new epoch and the catch-up arrive from `events()` before this
+        returns the 250 `linkreply`; any other code raises its `ApexpsError` (537, 553, 570).
+        `batch` as for `gap`."""
+        trans = self.new_trans_id()
+        positions = tuple(SourcePosition(source, after) for source, after in sources)
+        answer = await self._ask(RepairRequest(link, trans, positions, since, epoch, batch),
+                                 trans)
+        assert isinstance(answer, LinkReply)
+        return answer
+
+    async def capabilities(self) -> Capabilities:
+        trans = self.new_trans_id()
+        answer = await self._ask(CapabilityQuery(trans), trans)
+        assert isinstance(answer, Capabilities)
+        return answer
+
+    def new_trans_id(self) -> int:
+        """The next transID of this client's requests (1..2^31-1, RFC 3340): a stub that
+        sends requests on this session takes its transIDs here."""
+        return (next(self._trans_ids) - 1) % MAX_TRANS_ID + 1
+
+    async def post(self, doc: RobustDocument) -> None:
+        """Send a gap or repair request (or any robust document) to the service without
+        waiting for its answer; the `linkreply` goes to the link's listener (`listen_link`).
+        Raises what `send` raises: the service refusing the data itself (an unparseable
+        request), or `ServiceNotAvailable` while the connection is down."""
+        await self.client.send(self.endpoint, [self.service], encode_robust(doc),
+                               "application/beep+xml")
+
+    def listen_link(self, link: str, listener: LinkListener) -> None:
+        """From now on hand everything of `link` to `listener` (in the event loop, in arrival
+        order; it must not block) instead of `events()`: its stamped deliveries, heartbeats and
+        resets (whatever `link_events` says), and each `linkreply` naming it that no request of
+        this client awaits. One listener per link; a second one replaces the first."""
+        self._links[link] = listener
+
+    def unlisten_link(self, link: str) -> None:
+        """Stop `listen_link`; the link's traffic goes to `events()` again."""
+        self._links.pop(link, None)
+
+    async def pubstatus(self) -> PubStatus:
+        """Where our publishing stands (§8): the highest publisher seq the broker holds durably
+        from us and our newest source seq (0: none). The broker answers once what we had in
+        flight has settled, so a publisher that continues at `pubseq + 1` sends only news."""
+        trans = self.new_trans_id()
+        answer = await self._ask(PubStatusQuery(trans), trans)
+        assert isinstance(answer, PubStatus)
+        return answer
+
+    async def cancel(self, topic: str, subscriber: Endpoint | str | None = None) -> None:
+        trans = self.new_trans_id()
+        await self._ask(Cancel(topic, trans, self._endpoint(subscriber)), trans)
+
+    async def publish(self, topic: str, content: bytes,
+                      content_type: str = "application/octet-stream", *,
+                      publish_type: PublishType | str = PublishType.UPDATE,
+                      message_id: str | None = None, token: str | None = None,
+                      publisher_seq: int | None = None) -> None:
+        """Send to `apex=pubsub/TOPIC@domain`; returns once the broker holds it durably.
+        `publish_type`, `message_id` (the data item, with the topic), `token` (a permission
+        token) and `publisher_seq` travel in the `apexps.publish` option (robust-binding §2.3);
+        a plain update without the rest sends no option."""
+        to = self._topics.get(topic)
+        if to is None:
+            to = Endpoint(SERVICE, self.service.domain, topic)
+            if len(self._topics) >= _TOPICS_LIMIT:
+                self._topics.clear()
+            self._topics[topic] = to
+        if publish_type == PublishType.UPDATE and message_id is None and token is None \
+                and publisher_seq is None:
+            options: tuple[Option, ...] = ()  # a plain update: what PublishMeta() says
+        else:
+            meta = PublishMeta(PublishType(publish_type), message_id, token, publisher_seq)
+            options = () if meta == _PLAIN else (publish_option(meta),)
+        await self.client.send(self.endpoint, [to], content, content_type, options=options)
+
+    def _endpoint(self, who: Endpoint | str | None) -> Endpoint:
+        if who is None:
+            return self.endpoint
+        return Endpoint.parse(who) if isinstance(who, str) else who
+
+    # --- what arrives unprompted --------------------------------------------------------
+
+    async def events(self) -> AsyncIterator[Delivered | Ended | LinkEvent]:
+        """Forwarded messages and subscription ends, until the connection is lost."""
+        inbox = self._events
+        items = inbox.items
+        while True:
+            if not items:
+                await inbox.wait()
+                continue
+            event = items.popleft()
+            if event is None:
+                items.appendleft(None)  # for every later caller too
+                raise ServiceNotAvailable("connection to the broker lost")
+            yield event
+
+    def _connection_event(self, event: ConnectionEvent) -> None:
+        if isinstance(event, Disconnected):
+            waiting, self._waiting = self._waiting, {}
+            for future in waiting.values():
+                if not future.done():
+                    future.set_exception(ServiceNotAvailable(
+                        "connection to the broker lost before its reply came"))
+
+    def _received(self, data: Data | None) -> None:
+        if self._closed:
+            return
+        if data is not None:
+            self._route(data)
+            return
+        self._events.put_nowait(None)
+        for link in list(self._links):
+            self._to_link(link, None)
+
+    def _to_link(self, link: str, item: LinkTraffic) -> bool:
+        """Hand `item` to `link`'s listener, if it has one."""
+        listener = self._links.get(link)
+        if listener is None:
+            return False
+        try:
+            listener(item)
+        except Exception:  # one listener's bug must not stop the other links and events()
+            log.exception("link listener failed", link=link, item=type(item).__name__)
+        return True
+
+    def _stamp(self, data: Data) -> Stamp | None:
+        mine = [i for i, r in enumerate(data.recipients) if r == self.endpoint] or [0]
+        try:
+            return find_stamp(data.options_of(mine[0]))
+        except ApexpsError:
+            return None
+
+    def _robust(self, data: Data) -> bool:
+        """Handle a robust delivery document (heartbeat, reset, linkreply, capabilities)."""
+        head = data.content.lstrip()[:64]
+        if head.startswith(b"<batch"):
+            try:
+                _, items = batch_items(data.content)
+            except ApexpsError as exc:  # its holes get asked for again
+                log.warning("batch refused", originator=str(data.originator), error=str(exc))
+                return True
+            self._unpack(items, data.originator.domain)
+            return True
+        if not any(head.startswith(b"<" + t.encode()) for t in ROBUST_ELEMENTS):
+            return False
+        try:
+            doc = decode_robust(data.content)
+        except ApexpsError:
+            return True
+        if isinstance(doc, LinkReply | Capabilities | PubStatus):
+            future = self._waiting.get(doc.trans_id) if doc.trans_id else None
+            if future is not None and not future.done():
+                future.set_result(doc)
+            elif isinstance(doc, LinkReply):
+                self._to_link(doc.link, doc)
+            return True
+        stamp = self._stamp(data)
+        if stamp is None:
+            return True
+        if not self._to_link(stamp.link, LinkEvent(stamp, doc)) and self.link_events:
+            self._events.put_nowait(LinkEvent(stamp, doc))
+        return True
+
+    def _unpack(self, items: Iterable[ItemFields], domain: str) -> None:
+        """Hand each item of a batch on as if it had come as a data of its own."""
+        for stamp, content, content_type, document in items:
+            if document is not None:
+                event = LinkEvent(stamp, document)
+                if not self._to_link(stamp.link, event) and self.link_events:
+                    self._events.put_nowait(event)
+                continue
+            topic = stamp.topic or ""
+            delivered = Delivered(topic, self._origin(domain, topic), content, content_type,
+                                  stamp)
+            if not self._to_link(stamp.link, delivered):
+                self._events.put_nowait(delivered)
+
+    def _origin(self, domain: str, topic: str) -> str:
+        """`apex=pubsub/TOPIC@DOMAIN`, the originator a delivery of `topic` would have had."""
+        key = (domain, topic)
+        origin = self._origins.get(key)
+        if origin is None:
+            if len(self._origins) >= _ORIGINS_LIMIT:
+                self._origins.clear()
+            origin = self._origins[key] = str(Endpoint(SERVICE, domain, topic))
+        return origin
+
+    def _route(self, data: Data) -> None:
+        origin = data.originator
+        if origin.address != SERVICE:
+            return
+        if origin.subaddress is not None:
+            stamp = self._stamp(data)
+            delivered = Delivered(origin.subaddress, str(origin), data.content,
+                                  data.content_type, stamp)
+            if stamp is None or not self._to_link(stamp.link, delivered):
+                self._events.put_nowait(delivered)
+            return
+        if self._robust(data):
+            return
+        try:
+            op = decode_pubsub(data.content)
+        except ApexpsError:
+            return
+        if isinstance(op, Reply | TopicList) and op.trans_id is not None:
+            future = self._waiting.get(op.trans_id)
+            if future is not None and not future.done():
+                future.set_result(op)
+        elif isinstance(op, Cancel):
+            self._events.put_nowait(Ended(op.topic, str(op.subscriber or self.endpoint)))

@@ -1,0 +1,333 @@
+"""A real single-node Apache Kafka (KRaft, broker+controller in one JVM), without Docker.
+
+Theory of operation
+-------------------
+`kafka-storage.sh` and `kafka-server-start.sh` are thin wrappers: they run `kafka.tools.StorageTool`
+and `kafka.Kafka` from the `kafka_2.13` artifact. So the runtime classpath of `ops/kafka/pom.xml`
+(resolved once from Maven Central, see adapters/local/provision.py) is a complete broker, and this
+module does what the scripts do: write `server.properties`, format the storage once, start the JVM
+detached, wait until the broker answers a metadata request, and stop it with SIGTERM (a
+controlled shutdown) before falling back to SIGKILL.
+
+Everything about one Kafka lives in its data directory:
+
+    DATA/server.properties   generated config
+    DATA/kafka.json          pid, ports, cluster id: what `status` and a restart read
+    DATA/kafka-logs/         the log segments (the journal's durable home)
+    DATA/logs/server.log     the broker's own log
+    DATA/logs/gc.log         the JVM's collections, one line per pause (rotated, 5 x 10 MB)
+
+A restart on the same data directory keeps the ports (clients reconnect to the address they
+knew) and the cluster id, and so every topic and record.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import structlog
+
+from adapters.local.provision import OPS_DIR, resolve_jars
+
+log = structlog.get_logger(__name__)
+
+KAFKA_POM = OPS_DIR / "kafka" / "pom.xml"
+
+#: A cold JVM formats and elects itself controller in ~10 s on two cores; leave room for a
+#: loaded CI machine.
+DEFAULT_START_TIMEOUT_S = 120.0
+#: A controlled shutdown of one node normally takes 2-5 s.
+DEFAULT_STOP_TIMEOUT_S = 60.0
+#: Enough for the journal's batches; the machine has 24 GiB but tests also run Spark.
+DEFAULT_HEAP = "1g"
+
+#: G1 with its default pause goal. Measured here (two bench_pubsub runs per setting, young pauses
+#: from DATA/logs/gc.log): G1 as is, mean 23 ms, max 57; the stock scripts' MaxGCPauseMillis=20,
+#: mean 25, max 230 (a smaller young generation, collected twice as often); SerialGC, mean 30,
+#: max 57; G1 on one GC thread, mean 26, max 88. An operator may set KAFKA_JVM_PERFORMANCE_OPTS
+#: as for Kafka's own scripts.
+JVM_PERFORMANCE_OPTS = ("-XX:+UseG1GC", "-Djava.awt.headless=true")
+
+LOG4J_PROPERTIES = """\
+log4j.rootLogger=INFO, file
+log4j.appender.file=org.apache.log4j.RollingFileAppender
+log4j.appender.file.File={log}
+log4j.appender.file.MaxFileSize=20MB
+log4j.appender.file.MaxBackupIndex=3
+log4j.appender.file.layout=org.apache.log4j.PatternLayout
+log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.kafka.request.logger=WARN
+log4j.logger.org.apache.kafka.controller=INFO
+"""
+
+
+class KafkaLaunchError(RuntimeError):
+    """The local Kafka could not be started or stopped; the message says where to look."""
+
+
+@dataclass(frozen=True)
+class KafkaState:
+    """What `kafka.json` records about a local Kafka."""
+
+    pid: int
+    port: int
+    controller_port: int
+    cluster_id: str
+    host: str = "127.0.0.1"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of ours still "exists"; reap it if it is ours.
+    with contextlib.suppress(ChildProcessError):
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _new_cluster_id() -> str:
+    # Kafka's Uuid.randomUuid().toString(): URL-safe base64 of 16 bytes, no padding.
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def answers(bootstrap: str, timeout_s: float = 5.0) -> bool:
+    """True if a Kafka broker at `bootstrap` answers a metadata request."""
+    from confluent_kafka.admin import AdminClient
+
+    # A plain TCP connect first: librdkafka would log every refused connection to stderr.
+    host, _, port = bootstrap.split(",", maxsplit=1)[0].rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError:
+        return False
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 3000})
+    try:
+        md = admin.list_topics(timeout=timeout_s)
+    except Exception:  # librdkafka raises KafkaException for every failure here
+        return False
+    return bool(md.brokers)
+
+
+class LocalKafka:
+    """One local Kafka, owned by a data directory."""
+
+    def __init__(self, data_dir: Path, *, host: str = "127.0.0.1", port: int | None = None,
+                 heap: str = DEFAULT_HEAP) -> None:
+        self.data_dir = Path(data_dir).absolute()
+        self.host = host
+        self.requested_port = port
+        self.heap = heap
+
+    # --- paths ----------------------------------------------------------------------------
+
+    @property
+    def state_file(self) -> Path:
+        return self.data_dir / "kafka.json"
+
+    @property
+    def log_file(self) -> Path:
+        return self.data_dir / "logs" / "server.log"
+
+    @property
+    def console_file(self) -> Path:
+        return self.data_dir / "logs" / "console.log"
+
+    def read_state(self) -> KafkaState | None:
+        try:
+            return KafkaState(**json.loads(self.state_file.read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def status(self) -> tuple[KafkaState | None, bool]:
+        """(recorded state or None, whether its process is alive and answering)."""
+        state = self.read_state()
+        if state is None or not _alive(state.pid):
+            return state, False
+        return state, answers(state.bootstrap, timeout_s=3.0)
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def start(self, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> KafkaState:
+        """Start Kafka (or return the one already running on this data dir) and wait for it."""
+        old = self.read_state()
+        if old is not None and _alive(old.pid):
+            if answers(old.bootstrap, timeout_s=10.0):
+                log.info("kafka already running", bootstrap=old.bootstrap, pid=old.pid)
+                return old
+            raise KafkaLaunchError(
+                f"a process {old.pid} from {self.state_file} is alive but Kafka does not answer "
+                f"at {old.bootstrap}; stop it (`apexps kafka stop --data-dir {self.data_dir}`)"
+            )
+        jars = resolve_jars(KAFKA_POM, "kafka")
+        port, cport = self._choose_ports(old)
+        cluster_id = old.cluster_id if old else _new_cluster_id()
+        (self.data_dir / "logs").mkdir(parents=True, exist_ok=True)
+        props = self._write_config(port, cport)
+        if not (self.data_dir / "kafka-logs" / "meta.properties").exists():
+            self._format(jars, props, cluster_id)
+        cmd = [*self._java(jars), "kafka.Kafka", str(props)]
+        console = self.console_file.open("ab")
+        # A session of its own: Ctrl-C in the terminal goes to apexps, which stops Kafka
+        # in order (broker first, then Kafka), rather than killing both at once.
+        proc = subprocess.Popen(cmd, stdout=console, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        console.close()
+        state = KafkaState(pid=proc.pid, port=port, controller_port=cport,
+                           cluster_id=cluster_id, host=self.host)
+        self.state_file.write_text(json.dumps(asdict(state)))
+        log.info("kafka starting", bootstrap=state.bootstrap, pid=proc.pid,
+                 data_dir=str(self.data_dir))
+        deadline = time.monotonic() + timeout_s
+        delay = 0.1
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise KafkaLaunchError(
+                    f"kafka exited with {proc.returncode} while starting; see {self.log_file} "
+                    f"and {self.console_file}"
+                )
+            if answers(state.bootstrap, timeout_s=2.0):
+                log.info("kafka ready", bootstrap=state.bootstrap)
+                return state
+            time.sleep(delay)  # polling a process we do not control: there is no event to await
+            delay = min(delay * 2, 1.0)
+        self.stop()
+        raise KafkaLaunchError(f"kafka did not answer within {timeout_s:.0f}s; see {self.log_file}")
+
+    def stop(self, timeout_s: float = DEFAULT_STOP_TIMEOUT_S) -> bool:
+        """Stop the Kafka of this data dir; True if one was running."""
+        state = self.read_state()
+        if state is None or not _alive(state.pid):
+            return False
+        log.info("kafka stopping", pid=state.pid)
+        os.kill(state.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not _alive(state.pid):
+                log.info("kafka stopped", pid=state.pid)
+                return True
+            time.sleep(0.1)
+        log.warning("kafka did not stop in time; killing it", pid=state.pid)
+        self.kill()
+        return True
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would: what failure tests use."""
+        state = self.read_state()
+        if state is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(state.pid, signal.SIGKILL)
+        while _alive(state.pid):
+            time.sleep(0.05)
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _choose_ports(self, old: KafkaState | None) -> tuple[int, int]:
+        if self.requested_port is not None:
+            port = self.requested_port
+        elif old is not None and _port_free(self.host, old.port):
+            port = old.port
+        else:
+            port = _free_port(self.host)
+        if old is not None and old.controller_port != port and _port_free(self.host,
+                                                                          old.controller_port):
+            cport = old.controller_port
+        else:
+            cport = _free_port(self.host)
+            while cport == port:
+                cport = _free_port(self.host)
+        return port, cport
+
+    def _write_config(self, port: int, cport: int) -> Path:
+        h = self.host
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@{h}:{cport}",
+            "listeners": f"PLAINTEXT://{h}:{port},CONTROLLER://{h}:{cport}",
+            "advertised.listeners": f"PLAINTEXT://{h}:{port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "log.dirs": str(self.data_dir / "kafka-logs"),
+            "num.partitions": "1",
+            # One node: every internal topic can only have one replica.
+            "offsets.topic.replication.factor": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "min.insync.replicas": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            # Compacted registries should compact soon after a test or a restart touches them.
+            "log.cleaner.backoff.ms": "5000",
+            "auto.create.topics.enable": "false",
+        }
+        path = self.data_dir / "server.properties"
+        path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        (self.data_dir / "log4j.properties").write_text(
+            LOG4J_PROPERTIES.format(log=self.log_file)
+        )
+        return path
+
+    def _java(self, jars: list[Path]) -> list[str]:
+        java = os.environ.get("JAVA_HOME")
+        exe = str(Path(java) / "bin" / "java") if java else "java"
+        perf = os.environ.get("KAFKA_JVM_PERFORMANCE_OPTS")
+        gc_log = self.data_dir / "logs" / "gc.log"
+        return [
+            exe, f"-Xmx{self.heap}", "-Xms256m",
+            *(perf.split() if perf else JVM_PERFORMANCE_OPTS),
+            f"-Xlog:gc:file={gc_log}:time,uptime:filecount=5,filesize=10M",
+            f"-Dlog4j.configuration=file:{self.data_dir / 'log4j.properties'}",
+            "-cp", os.pathsep.join(str(j) for j in jars),
+        ]
+
+    def _format(self, jars: list[Path], props: Path, cluster_id: str) -> None:
+        # --cluster-id=ID, not -t ID: a base64url id may start with "-" and read as an option.
+        cmd = [*self._java(jars), "kafka.tools.StorageTool", "format",
+               f"--cluster-id={cluster_id}", "-c", str(props), "--ignore-formatted"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+        if proc.returncode != 0:
+            raise KafkaLaunchError(f"formatting Kafka storage failed: {proc.stderr or proc.stdout}")
+        log.info("kafka storage formatted", cluster_id=cluster_id)

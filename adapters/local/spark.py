@@ -1,0 +1,72 @@
+"""A local SparkSession with Spark's Kafka source on the classpath.
+
+The connector jars are resolved from Maven Central by `ops/spark/pom.xml` (cached, see
+adapters/local/provision.py) rather than by `spark.jars.packages`, so a session start never reaches
+the network once the cache is warm, and so the connector version is pinned next to pyspark's.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from adapters.local.provision import OPS_DIR, resolve_jars
+
+SPARK_POM = OPS_DIR / "spark" / "pom.xml"
+
+
+def connector_version() -> str:
+    match = re.search(r"spark-sql-kafka-0-10_2\.13</artifactId>\s*<version>([^<]+)<",
+                      SPARK_POM.read_text())
+    if match is None:  # pragma: no cover - the pom ships with the package
+        raise RuntimeError(f"no spark-sql-kafka version in {SPARK_POM}")
+    return match.group(1)
+
+
+def kafka_connector_jars() -> list[Path]:
+    import pyspark
+
+    wanted = connector_version()
+    if pyspark.__version__ != wanted:
+        raise RuntimeError(
+            f"pyspark {pyspark.__version__} is installed but the Kafka connector is {wanted}; "
+            f"reinstall with `pip install pyspark=={wanted}` (see pyproject.toml)"
+        )
+    # pyspark already ships Spark, Scala and Hadoop; add only what it lacks.
+    shipped = {p.name for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    return [j for j in resolve_jars(SPARK_POM, f"spark-kafka-{wanted}") if j.name not in shipped]
+
+
+def local_session(
+    app_name: str = "apexps",
+    master: str = "local[2]",
+    *,
+    with_kafka: bool = True,
+    conf: dict[str, str] | None = None,
+) -> Any:
+    """Start (or reuse) a SparkSession; `master` may name a real cluster instead of local[2]."""
+    from pyspark.sql import SparkSession
+
+    # Workers must run the driver's interpreter (the venv), not whatever `python3` is first on
+    # PATH, or they cannot import apexps; local mode reads this from the environment.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        # Small data, two cores: the default 200 shuffle partitions would be 200 tiny tasks.
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "2g")
+    )
+    if with_kafka:
+        builder = builder.config("spark.jars", ",".join(str(p) for p in kafka_connector_jars()))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session

@@ -1,0 +1,418 @@
+"""`PubsubHandler`: the apex=pubsub service on the wire — APEX data in, domain calls, data out.
+
+What arrives (draft-schwartz-apex-pubsub §4):
+- data to `apex=pubsub@D` holds a management document; the relay's `ok` says it was received
+  and the service's answer is a separate data (reply or topiclist, carrying the transID) to the
+  originator, exactly as the draft's message flows show. Only a document that cannot be parsed is
+  refused on the data itself (500/501/553), since it has no transID to answer under.
+- data to `apex=pubsub/TOPIC@D` is a publication: refused on the data itself with 537 (no
+  `core:data`) or 550 (no such topic), else appended to the journal and answered `ok` once Kafka
+  holds it. A copy of one already journaled (the same publisher seq, robust-binding §8) is
+  answered `ok` without a second record: `broker.publish_gate` decides, this maps its outcomes.
+  A `pubstatus` query to `apex=pubsub@D` is answered with where the requester's publishing
+  stands. A subscribe or cancel sent there by another domain's pubsub service is that service
+  forwarding a request to us as its redistributor (§2.4, §4.5 step 4).
+
+What leaves: forwarding of journaled messages (`forward`, called with what the journal follower
+read back, which first advances the data item state; with a link log, sequenced per subscriber
+link by `_sequenced.SequencedFanout`, which also serves gap requests, source repairs, capability
+queries, snapshots and heartbeats), cancel notices on expiry and topic deletion, forwarded
+requests to redistributors, and replies a redistributor sent us, passed on to whoever asked.
+
+Management runs in a worker thread (registry writes wait for Kafka) under one lock, so two
+requests never interleave their check-then-write steps. A subscribe with snapshot='true' ends
+with one step on the event loop (`_open_with_snapshot`): the snapshot is queued on the link and
+the subscription made visible to `forward` together, between two forwards (robust-binding §9).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import itertools
+import re
+from collections.abc import Callable, Iterable
+
+import structlog
+
+from adapters.apex.codec import BEEP_XML, Data, Option, TargetHop
+from adapters.apex.endpoint import Endpoint
+from adapters.apex.options import hop_limit
+from adapters.apex.pubsub_codec import (
+    Cancel,
+    CreateTopic,
+    DeleteTopic,
+    ListTopics,
+    PubsubOperation,
+    Reply,
+    Subscribe,
+    TopicList,
+    decode_pubsub,
+    encode_pubsub,
+)
+from adapters.apex.relay import ServiceResult
+from adapters.apex.robust_codec import (
+    ROBUST_ELEMENTS,
+    PublishMeta,
+    PubStatus,
+    PubStatusQuery,
+    decode_robust,
+    encode_robust,
+    find_publish_meta,
+)
+from broker.journal import Journal, PublisherPosition
+from broker.names import DEFAULT_HOPS, REPORT_SERVICE, SERVICE
+from broker.publish_gate import Outcome, PublishGate
+from broker.pubsub import Forward, PubsubService
+from broker.records import JournalEntry, Publication, Subscription
+from broker.robust.config import RobustConfig
+from broker.robust.fanout import FanoutMarks
+from broker.robust.items import ItemStore
+from broker.robust.linkid import default_link_id
+from broker.robust.links import LinkLog
+from common.errors import ApexpsError, OptionNotImplemented, ParameterSyntaxError
+
+from .sequenced import SequencedFanout
+
+__all__ = ["SERVICE", "PubsubHandler"]
+
+log = structlog.get_logger(__name__)
+
+#: How long a redistribution subscribe asks for; it is renewed at half that.
+REDISTRIBUTION_DURATION_S = 24 * 3600
+#: A publication without the apexps.publish option.
+_PLAIN = PublishMeta()
+
+
+#: The root element's name, after an optional XML declaration, comments or PIs.
+_ROOT = re.compile(rb"\s*(?:<[?!][^>]*>\s*)*<([A-Za-z_][\w.:-]*)")
+
+
+def _content_xml(op: PubsubOperation) -> bytes:
+    return encode_pubsub(op)
+
+
+def _root_tag(content: bytes) -> str | None:
+    match = _ROOT.match(content[:4096])
+    return None if match is None else match.group(1).decode("ascii", "replace")
+
+
+class PubsubHandler:
+    """Serve `service` as `apex=pubsub@domain`; `send` routes data the service initiates."""
+
+    def __init__(self, service: PubsubService, journal: Journal,
+                 send: Callable[[Data], None], links: LinkLog | None = None,
+                 robust: RobustConfig | None = None, *, items: ItemStore | None = None,
+                 marks: FanoutMarks | None = None) -> None:
+        """`links`: the link log; with it, deliveries are sequenced (docs/robust-binding.md)
+        and gap requests, source repairs, capability queries and heartbeats are served;
+        without it, the plain topic path. `items`: the data item state `forward` advances;
+        with the link log, snapshots are served from it (robust-binding §9)."""
+        self.service, self.journal, self._send = service, journal, send
+        self.links = links
+        self.items = items
+        self.endpoint = Endpoint(SERVICE, service.domain)
+        self._lock = asyncio.Lock()
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._expiry_task: asyncio.Task[None] | None = None
+        self._forward_ids = itertools.count(1)
+        self.sequenced = None if links is None else SequencedFanout(
+            service, journal, links, robust or RobustConfig(), send,
+            trans_ids=self._forward_ids, items=items, marks=marks)
+        #: transIDs of requests we forwarded to a redistributor -> (who asked, their transID)
+        self._forwarded: dict[int, tuple[Endpoint, int]] = {}
+        #: publications accepted in this event-loop turn, appended together
+        self._batch: list[tuple[Publication, asyncio.Future[Iterable[Data]]]] = []
+        #: drops copies of publications already journaled (publisher seqs, §8)
+        self.gate = PublishGate(journal, defer=self._loop.call_soon_threadsafe)
+        #: transIDs of requests the service itself sent (redistribution) -> their reply
+        self._own: dict[int, asyncio.Future[Reply]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        #: reports (statusResponse data from apex=report) about data this service forwarded
+        self.reports: list[Data] = []
+        #: topic@domain -> the origin's last reply to our redistribution subscribe
+        self.redistributing: dict[str, Reply] = {}
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._expiry_task = asyncio.create_task(self._expire_loop())
+        if self.sequenced is not None:
+            self.sequenced.start()
+
+    async def close(self) -> None:
+        if self.sequenced is not None:
+            await self.sequenced.close()
+        for task in [self._expiry_task, *self._tasks]:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    def redistribute(self, topic: str, origin_domain: str) -> None:
+        """Redistribute `topic` of `origin_domain` here (§2.4): subscribe to it there as
+        `apex=pubsub/TOPIC@our-domain`, retrying until the origin answers 250 and renewing at
+        half the duration; its data then arrive as publications to our topic of that name."""
+        self._tasks.append(asyncio.create_task(self._redistribution(topic, origin_domain)))
+
+    async def _redistribution(self, topic: str, origin_domain: str) -> None:
+        me = Endpoint(SERVICE, self.service.domain, topic)
+        there = Endpoint(SERVICE, origin_domain.lower())
+        key, delay = f"{topic}@{there.domain}", 1.0
+        while True:
+            trans = next(self._forward_ids)
+            answer: asyncio.Future[Reply] = self._loop.create_future()
+            self._own[trans] = answer
+            request = Subscribe(me, topic, trans, REDISTRIBUTION_DURATION_S)
+            self._send(Data(me, (there,), _content_xml(request), BEEP_XML,
+                            content_ref="#Content"))
+            try:
+                reply = await asyncio.wait_for(answer, min(delay, 30.0))
+            except TimeoutError:
+                self._own.pop(trans, None)
+                delay = min(delay * 2, 30.0)  # no route yet, or the origin is down: retry
+                continue
+            self.redistributing[key] = reply
+            log.info("redistribution subscribe answered", topic=topic, origin=there.domain,
+                     code=reply.code, text=reply.text)
+            delay = 1.0
+            await asyncio.sleep(REDISTRIBUTION_DURATION_S / 2 if reply.code == 250 else 30.0)
+
+    # --- the relay's ServiceHandler -----------------------------------------------------
+
+    def on_data(self, data: Data, recipient: Endpoint) -> ServiceResult:
+        if recipient.subaddress is None:
+            tag = _root_tag(data.content)
+            if tag == "pubstatus":
+                return self._pubstatus(data.originator, decode_robust(data.content))
+            if self.sequenced is not None and tag in ROBUST_ELEMENTS:
+                doc = decode_robust(data.content)
+                return asyncio.ensure_future(self.sequenced.request(data.originator, doc))
+            op = decode_pubsub(data.content)
+            return asyncio.ensure_future(self._manage(data.originator, op))
+        topic = recipient.subaddress
+        origin = data.originator
+        if origin.address == REPORT_SERVICE:
+            # A relay's report about data we forwarded (e.g. dataHopping ran out, RFC 3342 §4).
+            self.reports.append(data)
+            log.info("delivery report", topic=topic, reporter=str(origin),
+                     report=data.content[:300].decode("utf-8", "replace"))
+            return ()
+        if (origin.address == SERVICE and origin.subaddress is None
+                and origin.domain != self.service.domain):
+            # Another domain's pubsub service (not one of its topics, whose data are
+            # publications): a request forwarded to us as redistributor (§4.5 step 4), or its
+            # reply to the subscribe we sent as redistributor.
+            op = decode_pubsub(data.content)
+            if not isinstance(op, Subscribe | Cancel | Reply):
+                raise ParameterSyntaxError("a pubsub service sends subscribe, cancel or reply")
+            return asyncio.ensure_future(self._manage(origin, op))
+        return self._publish(data, topic)
+
+    def _publish(self, data: Data, topic: str) -> asyncio.Future[Iterable[Data]]:
+        """Checked now (537, 550); appended with whatever else arrived in this event-loop turn,
+        in arrival order, as one journal batch; answered once Kafka holds it."""
+        hops = {"dataHopping": str(hop_limit(data.options) or DEFAULT_HOPS)}
+        meta = find_publish_meta(data.options) or _PLAIN
+        pub = self.service.accept(str(data.originator), topic, data.content, data.content_type,
+                                  hops, publish_type=meta.publish_type,
+                                  message_id=meta.message_id, permission_token=meta.token,
+                                  publisher_seq=meta.publisher_seq)
+        done: asyncio.Future[Iterable[Data]] = self._loop.create_future()
+        if not self._batch:
+            self._loop.call_soon(self._append_batch)
+        self._batch.append((pub, done))
+        return done
+
+    def _append_batch(self) -> None:
+        batch, self._batch = self._batch, []
+        self.gate.append_many([pub for pub, _ in batch],
+                              functools.partial(_resolve_all, [done for _, done in batch]))
+
+    def _pubstatus(self, originator: Endpoint, doc: object) -> asyncio.Future[Iterable[Data]]:
+        """§8: the requester's position, once what it has in flight has settled."""
+        if not isinstance(doc, PubStatusQuery):
+            raise ParameterSyntaxError("<pubstatus> with a position is an answer, not a query")
+        answered: asyncio.Future[Iterable[Data]] = self._loop.create_future()
+
+        def answer(pos: PublisherPosition) -> None:
+            status = PubStatus(str(originator), pos.publisher_seq, pos.source_seq, doc.trans_id)
+            if not answered.done():
+                answered.set_result([Data(self.endpoint, (originator,), encode_robust(status),
+                                          BEEP_XML, content_ref="#Content")])
+
+        self.gate.position(str(originator), answer)
+        return answered
+
+    async def _manage(self, originator: Endpoint, op: PubsubOperation) -> list[Data]:
+        if isinstance(op, Reply):
+            return self._pass_on(originator, op)
+        async with self._lock:
+            try:
+                answer = await asyncio.to_thread(self._apply, originator, op)
+            except ApexpsError as exc:
+                trans = getattr(op, "trans_id", None)
+                log.info("pubsub refused", operation=type(op).__name__.lower(),
+                         originator=str(originator), code=int(exc.code), reason=str(exc))
+                answer = [self._data(originator, Reply(int(exc.code), trans, str(exc)))]
+        self._wake.set()  # a subscription may now expire sooner than the timer thinks
+        return answer
+
+    def _apply(self, originator: Endpoint, op: PubsubOperation) -> list[Data]:
+        """One management operation, in a worker thread; returns the data to send."""
+        who, svc = str(originator), self.service
+        if isinstance(op, CreateTopic):
+            svc.create_topic(who, op.topic)
+            return [self._data(originator, Reply(250, op.trans_id))]
+        if isinstance(op, DeleteTopic):
+            ended = svc.delete_topic(who, op.topic)
+            if self.items is not None:  # on the loop, in order with forward
+                self._loop.call_soon_threadsafe(self.items.forget_topic, op.topic)
+            return [self._data(originator, Reply(250, op.trans_id)), *self._notices(ended)]
+        if isinstance(op, ListTopics):
+            names = svc.list_topics(who)
+            return [self._data(originator, TopicList(tuple(names), op.trans_id))]
+        if isinstance(op, Subscribe):
+            whom = str(op.subscriber)
+            link = op.link or default_link_id(whom)
+            if op.snapshot and (self.sequenced is None or self.items is None):
+                raise OptionNotImplemented("snapshot='true' needs sequenced delivery and item"
+                                           " state")
+            claim = None
+            if self.links is not None and self.sequenced is not None:
+                self.links.check_owner(link, whom)  # 537 before anything is recorded
+                claim = functools.partial(self.sequenced.claim, link, whom)
+            result = svc.subscribe(who, whom, op.topic, op.duration, op.trans_id,
+                                   link=op.link, claim=claim, activate=not op.snapshot)
+            if isinstance(result, Forward):
+                return [self._forward(originator, op, result)]
+            if self.sequenced is not None:
+                # before the 250: what follows it on the link already comes as asked
+                self._loop.call_soon_threadsafe(self.sequenced.batch_live, link, op.batch)
+            if op.snapshot:
+                self._on_loop(self._open_with_snapshot, result, link)
+            return [self._data(originator, Reply(250, op.trans_id))]
+        if isinstance(op, Cancel):
+            subject = op.subscriber or originator
+            gone = svc.cancel(who, str(subject), op.topic)
+            if isinstance(gone, Forward):
+                return [self._forward(originator, op, gone)]
+            return [self._data(originator, Reply(250, op.trans_id))]
+        if isinstance(op, Reply):
+            return self._pass_on(originator, op)
+        raise ParameterSyntaxError(f"<{type(op).__name__.lower()}> is an answer, not a request")
+
+    def _forward(self, originator: Endpoint, op: Subscribe | Cancel, via: Forward) -> Data:
+        """§4.5 step 4: send the request to the redistributor under a transID of ours, and
+        remember whom its reply is for."""
+        ours = next(self._forward_ids)
+        self._forwarded[ours] = (originator, op.trans_id)
+        moved = (Subscribe(op.subscriber, op.topic, ours, op.duration, snapshot=op.snapshot)
+                 if isinstance(op, Subscribe)
+                 else Cancel(op.topic, ours, op.subscriber or originator))
+        log.info("pubsub request forwarded", to=via.to, topic=op.topic, originator=str(originator))
+        return Data(self.endpoint, (Endpoint.parse(via.to),), _content_xml(moved), BEEP_XML,
+                    content_ref="#Content")
+
+    def _on_loop(self, step: Callable[[Subscription, str], None], sub: Subscription,
+                 link: str) -> None:
+        """From a worker thread: run `step` on the event loop, as one step, and wait for it."""
+        async def run() -> None:
+            step(sub, link)
+
+        asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout=60)
+
+    def _open_with_snapshot(self, sub: Subscription, link: str) -> None:
+        """One event-loop step: the topic's item state onto the link, then the subscription
+        visible to `forward`. The item store advances in `forward`, so the state holds exactly
+        what was forwarded before this step, and everything forwarded after it reaches the
+        subscription live: no gap, no duplicate (robust-binding §9)."""
+        assert self.sequenced is not None
+        count = self.sequenced.queue_snapshot(sub.subscriber, link, sub.topic)
+        self.service.activate(sub)
+        log.info("subscribed with snapshot", topic=sub.topic, subscriber=sub.subscriber,
+                 link=link, items=count)
+
+    def _pass_on(self, origin: Endpoint, reply: Reply) -> list[Data]:
+        mine = self._own.pop(reply.trans_id, None) if reply.trans_id else None
+        if mine is not None:
+            if not mine.done():
+                mine.set_result(reply)
+            return []
+        asked = self._forwarded.pop(reply.trans_id, None) if reply.trans_id else None
+        if asked is None:
+            log.info("unsolicited pubsub reply dropped", originator=str(origin), code=reply.code)
+            return []
+        who, trans = asked
+        return [self._data(who, Reply(reply.code, trans, reply.text))]
+
+    def _data(self, to: Endpoint, op: PubsubOperation) -> Data:
+        return Data(self.endpoint, (to,), _content_xml(op), BEEP_XML, content_ref="#Content")
+
+    def _notices(self, ended: list[Subscription]) -> list[Data]:
+        """The cancel the service initiates (§4.6) for each subscription that ended."""
+        out = []
+        for sub in ended:
+            to = Endpoint.parse(sub.originator or sub.subscriber)
+            out.append(self._data(to, Cancel(sub.topic, sub.trans_id or 1,
+                                             Endpoint.parse(sub.subscriber))))
+        return out
+
+    # --- what the service initiates -----------------------------------------------------
+
+    def forward(self, entries: list[JournalEntry]) -> None:
+        """Forward journaled messages to their topics' subscribers (on the event loop)."""
+        if self.items is not None:
+            # First, in the same step: a snapshot between two forwards holds exactly what was
+            # forwarded (robust-binding §9).
+            self.items.apply(entries)
+        if self.sequenced is not None:
+            self.sequenced.forward(entries)
+            return
+        for entry in entries:
+            recipients = [r for r in self.service.recipients(entry.topic)
+                          if self.service.entitled(entry, r)]  # permission tokens
+            if not recipients:
+                continue
+            hops = int(entry.options.get("dataHopping", DEFAULT_HOPS))
+            option = Option("dataHopping", next(self._forward_ids), target_hop=TargetHop.ALL,
+                            must_understand=True,
+                            content=f"<dataHopping noMoreThan='{hops}' reportErrors='true' />")
+            origin = Endpoint(SERVICE, self.service.domain, entry.topic)
+            data = Data(origin, tuple(Endpoint.parse(r) for r in recipients), entry.content,
+                        entry.content_type, options=(option,),
+                        content_ref="#Content" if entry.content_type == BEEP_XML else None)
+            self._send(data)
+
+    def forward_threadsafe(self, entries: list[JournalEntry]) -> None:
+        self._loop.call_soon_threadsafe(self.forward, entries)
+
+    async def _expire_loop(self) -> None:
+        while True:
+            due = self.service.next_expiry()
+            self._wake.clear()
+            delay = None if due is None else max(0.0, (due - self.service.now()) / 1000)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay)
+                continue
+            async with self._lock:
+                ended = await asyncio.to_thread(self.service.expire_due)
+            for notice in self._notices(ended):
+                self._send(notice)
+
+
+def _resolve_all(futures: list[asyncio.Future[Iterable[Data]]], results: list[Outcome]) -> None:
+    """Appended and AlreadyDurable are both `ok` (durable); an error is the data's error."""
+    for done, result in zip(futures, results, strict=True):
+        _resolve(done, result if isinstance(result, Exception) else None)
+
+
+def _resolve(done: asyncio.Future[Iterable[Data]], err: Exception | None) -> None:
+    if done.done():
+        return
+    if err is None:
+        done.set_result(())
+    else:
+        done.set_exception(err)

@@ -1,0 +1,2 @@
+"""Tests of adapters/client.
+"""
