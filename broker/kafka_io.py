@@ -20,6 +20,7 @@ together behind typed functions.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 import uuid
@@ -45,6 +46,7 @@ __all__ = [
     "Position",
     "StoredRecord",
     "Tail",
+    "answers",
     "ensure_topics",
     "partition_count",
     "producer_conf",
@@ -319,6 +321,22 @@ class KafkaProducer:
 
 def _admin(config: KafkaConfig) -> AdminClient:
     return AdminClient(config.client_conf())
+
+
+def answers(bootstrap: str, timeout_s: float = 5.0) -> bool:
+    """True if a Kafka broker at `bootstrap` answers a metadata request."""
+    # A plain TCP connect first: librdkafka would log every refused connection to stderr.
+    host, _, port = bootstrap.split(",", maxsplit=1)[0].rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError:
+        return False
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 3000})
+    try:
+        md = admin.list_topics(timeout=timeout_s)
+    except Exception:  # librdkafka raises KafkaException for every failure here
+        return False
+    return bool(md.brokers)
 
 
 def cluster_size(config: KafkaConfig, timeout_s: float = 10.0) -> int:

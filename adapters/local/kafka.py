@@ -38,6 +38,7 @@ from pathlib import Path
 import structlog
 
 from adapters.local.provision import OPS_DIR, resolve_jars
+from broker.kafka_io import answers
 
 log = structlog.get_logger(__name__)
 
@@ -128,24 +129,6 @@ def _alive(pid: int) -> bool:
 def _new_cluster_id() -> str:
     # Kafka's Uuid.randomUuid().toString(): URL-safe base64 of 16 bytes, no padding.
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-
-
-def answers(bootstrap: str, timeout_s: float = 5.0) -> bool:
-    """True if a Kafka broker at `bootstrap` answers a metadata request."""
-    from confluent_kafka.admin import AdminClient
-
-    # A plain TCP connect first: librdkafka would log every refused connection to stderr.
-    host, _, port = bootstrap.split(",", maxsplit=1)[0].rpartition(":")
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
-    except OSError:
-        return False
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 3000})
-    try:
-        md = admin.list_topics(timeout=timeout_s)
-    except Exception:  # librdkafka raises KafkaException for every failure here
-        return False
-    return bool(md.brokers)
 
 
 class LocalKafka:
