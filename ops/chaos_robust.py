@@ -425,9 +425,10 @@ async def run_chaos(config: ChaosConfig, say: Callable[[str], None] = _say) -> C
                                    config.settle)
         report.duration_s = time.monotonic() - began
         for s in subscribers:
-            code = await s.stop()
-            if code != 0:
-                _add(report.violations, "process", f"{s.name}: apexps subscribe exited {code}")
+            exit_code = await s.stop()
+            if exit_code != 0:
+                _add(report.violations, "process",
+                     f"{s.name}: apexps subscribe exited {exit_code}")
     finally:
         stop_faults.set()
         for task in faults:

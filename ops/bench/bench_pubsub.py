@@ -54,7 +54,8 @@ def _stamp(seq: int) -> bytes:
 
 
 def _age_ms(body: bytes) -> float:
-    return (time.time() - struct.unpack(">d", body[:8])[0]) * 1e3
+    sent: float = struct.unpack(">d", body[:8])[0]
+    return (time.time() - sent) * 1e3
 
 
 def _pcts(lat: list[float]) -> tuple[float, float]:

@@ -33,6 +33,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 from adapters.apex.batch_codec import DEFAULT_BATCH
@@ -100,7 +101,7 @@ def _append(app: object, topic: str, count: int, source: str) -> None:
         done = threading.Event()
         failed: list[object] = []
 
-        def settled(results: list[object], done: threading.Event = done,
+        def settled(results: Sequence[object], done: threading.Event = done,
                     failed: list[object] = failed) -> None:
             failed.extend(r for r in results if isinstance(r, JournalUnavailable))
             done.set()
@@ -117,6 +118,7 @@ async def _repairs(bootstrap: str, count: int, cold: bool = False) -> None:
     two do not share a GIL and the time is what a separate subscriber would see."""
     from adapters.app import BrokerApp
     from broker.kafka_io import KafkaConfig
+    from broker.recent import DEFAULT_RECENT_BYTES
     from broker.robust.config import RobustConfig
 
     config = KafkaConfig(bootstrap=bootstrap, namespace=f"bench{uuid.uuid4().hex[:8]}")
@@ -124,7 +126,7 @@ async def _repairs(bootstrap: str, count: int, cold: bool = False) -> None:
     # cold: nothing of the journal kept in memory (broker/recent.py), as right after a
     # restart: every refill and catch-up reads Kafka back
     async with BrokerApp(config, domain=DOMAIN, robust=robust,
-                         **({"recent_bytes": 0} if cold else {})) as app:
+                         recent_bytes=0 if cold else DEFAULT_RECENT_BYTES) as app:
         sub = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "ops.bench.bench_robust", "--as-repair-subscriber",
             "--port", str(app.port), "--gap", str(count), cwd=ROOT,
