@@ -1,3 +1,5 @@
-"""Shared by broker/ and the adapters alike: the one exception hierarchy (errors) and
-the hardened XML parser (xml_safe). Imports nothing from broker/ or adapters/.
+"""What broker/ and the adapters share, below both: `errors`, the one exception hierarchy (each
+class carries the reply code it answers with), and `xml_safe`, the hardened lxml parser every
+vocabulary reads with. It imports nothing from broker/ or adapters/ (common/ruff.toml), which is
+what lets the BEEP core use them without knowing the broker.
 """

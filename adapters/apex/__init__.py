@@ -1,8 +1,11 @@
-"""APEX (RFC 3340) over BEEP: endpoint names, the profile's XML operations, the relay core, and
-thin asyncio shells (`server`, `client`) around them.
+"""APEX (RFC 3340) over BEEP, the relay's side: endpoint names, the profile's XML operations
+and the documents carried in them (`codec`, `endpoint`, `options`, `pubsub_codec`,
+`robust_codec`, `batch_codec`), the relay core (`relay`, `_party`) and the asyncio server shell
+around them (`server`).
 
-`_endpoint`, `_codec` and `_relay` do no I/O; `server.py` and `client.py` shuttle bytes between
-sockets and `adapters.beep.BeepConnection`. Everything in `__all__` is public.
+`endpoint`, `codec` and `relay` do no I/O; `server.py` shuttles bytes between sockets and
+`adapters.beep.BeepConnection`. The client library is `adapters.client`, the pubsub service's
+wire side `adapters.pubsub`. Everything in `__all__` is public.
 """
 
 from __future__ import annotations

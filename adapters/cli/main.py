@@ -11,6 +11,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from adapters.local.provision import ProvisionError
 from common.errors import ApexpsError
 
 from . import logs
@@ -78,6 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         detail = "" if str(exc) == meaning else f": {exc}"
         print(f"apexps: error {int(exc.code)} ({meaning}){detail}", file=sys.stderr)
         return EXIT_UNAVAILABLE if exc.retriable else EXIT_FAILED
+    except ProvisionError as exc:  # no Maven, no pom: the message says what to do
+        print(f"apexps: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     except (ConnectionError, TimeoutError) as exc:
         where = getattr(args, "server", None)
         at = f" at {where[0]}:{where[1]}" if isinstance(where, tuple) else ""

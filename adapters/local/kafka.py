@@ -40,6 +40,8 @@ import structlog
 from adapters.local.provision import OPS_DIR, resolve_jars
 from broker.kafka_io import answers
 
+__all__ = ["DEFAULT_HEAP", "KAFKA_POM", "KafkaLaunchError", "KafkaState", "LocalKafka"]
+
 log = structlog.get_logger(__name__)
 
 KAFKA_POM = OPS_DIR / "kafka" / "pom.xml"

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import structlog
 
+__all__ = ["MAVEN_SETTINGS", "OPS_DIR", "ProvisionError", "resolve_jars"]
+
 log = structlog.get_logger(__name__)
 
 #: Where resolved jars live; survives across data dirs so every Kafka start after the first is fast.
@@ -47,6 +49,11 @@ def _settings_args() -> list[str]:
 
 def resolve_jars(pom: Path, name: str, cache_dir: Path | None = None) -> list[Path]:
     """Return the runtime classpath of `pom`, resolving it with Maven on first use."""
+    if not pom.is_file():
+        raise ProvisionError(
+            f"{pom} not found: the Maven poms are read from the apexps checkout (install it with "
+            "`pip install -e CHECKOUT`) or from APEXPS_OPS_DIR"
+        )
     digest = hashlib.sha256(pom.read_bytes()).hexdigest()[:16]
     target = (cache_dir or DEFAULT_CACHE) / f"{name}-{digest}"
     stamp = target / ".complete"

@@ -15,6 +15,8 @@ from typing import Any
 
 from adapters.local.provision import OPS_DIR, resolve_jars
 
+__all__ = ["SPARK_POM", "connector_version", "kafka_connector_jars", "local_session"]
+
 SPARK_POM = OPS_DIR / "spark" / "pom.xml"
 
 

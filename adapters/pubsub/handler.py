@@ -15,7 +15,7 @@ What arrives (draft-schwartz-apex-pubsub §4):
 
 What leaves: forwarding of journaled messages (`forward`, called with what the journal follower
 read back, which first advances the data item state; with a link log, sequenced per subscriber
-link by `_sequenced.SequencedFanout`, which also serves gap requests, source repairs, capability
+link by `sequenced.SequencedFanout`, which also serves gap requests, source repairs, capability
 queries, snapshots and heartbeats), cancel notices on expiry and topic deletion, forwarded
 requests to redistributors, and replies a redistributor sent us, passed on to whoever asked.
 
@@ -75,7 +75,7 @@ from common.errors import ApexpsError, OptionNotImplemented, ParameterSyntaxErro
 
 from .sequenced import SequencedFanout
 
-__all__ = ["SERVICE", "PubsubHandler"]
+__all__ = ["PubsubHandler"]
 
 log = structlog.get_logger(__name__)
 
