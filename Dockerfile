@@ -2,6 +2,7 @@
 FROM python:3.11-slim
 WORKDIR /app
 COPY pyproject.toml setup.py README.md ./
+COPY common common
 COPY broker broker
 COPY adapters adapters
 COPY ops ops

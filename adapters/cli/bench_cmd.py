@@ -1,10 +1,18 @@
-"""`apexps bench journal`: the benchmarks that live under ops/bench, from the CLI."""
+"""`apexps bench journal`: the benchmarks that live under ops/bench, from the CLI.
+
+The benchmarks are scripts of the checkout, not part of the installed package (product code
+never imports ops/): this runs `python -m ops.bench.NAME` in the checkout apexps was installed
+from (the parent of adapters.local.provision.OPS_DIR), and says so when there is none.
+"""
 
 from __future__ import annotations
 
 import argparse
-import importlib
+import subprocess
+import sys
 from typing import Any
+
+from adapters.local.provision import OPS_DIR
 
 BENCHES = {
     "journal": ("ops.bench.bench_journal", "journal appends vs raw confluent-kafka produce"),
@@ -16,8 +24,14 @@ BENCHES = {
 
 
 def _run(args: argparse.Namespace) -> int:
-    module = importlib.import_module(BENCHES[args.which][0])
-    return int(module.main(args.rest))
+    if not (OPS_DIR / "bench").is_dir():
+        print(f"apexps: the benchmarks are in a checkout's ops/bench, and {OPS_DIR / 'bench'} is"
+              " not there: install apexps from a checkout (pip install -e) or set APEXPS_OPS_DIR",
+              file=sys.stderr)
+        return 1
+    module = BENCHES[args.which][0]
+    return subprocess.run([sys.executable, "-m", module, *args.rest],
+                          cwd=OPS_DIR.parent, check=False).returncode
 
 
 def register(sub: Any) -> None:

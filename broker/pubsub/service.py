@@ -34,7 +34,7 @@ from typing import Protocol
 import structlog
 
 from broker.core import BrokerCore
-from broker.names import validate_topic
+from broker.names import SERVICE, validate_topic
 from broker.records import (
     JournalEntry,
     Publication,
@@ -86,7 +86,7 @@ class Forward:
 
 def redistributor_local(topic: str) -> str:
     """The local part a redistributing pubsub server subscribes under for `topic`."""
-    return f"apex=pubsub/{topic}"
+    return f"{SERVICE}/{topic}"
 
 
 def _domain(endpoint: str) -> str:
@@ -101,7 +101,7 @@ class PubsubService:
     def __init__(self, core: BrokerCore, access: AccessPolicy, domain: str, *,
                  clock: Callable[[], int] = now_ms) -> None:
         self.core, self.access, self.domain, self._clock = core, access, domain.lower(), clock
-        self.endpoint = f"apex=pubsub@{self.domain}"
+        self.endpoint = f"{SERVICE}@{self.domain}"
         self._lock = threading.Lock()
         self._by_topic: dict[str, dict[str, Subscription]] = {}
         self._expiries: list[tuple[int, str]] = []  # (expires_at, registry key), lazily pruned
