@@ -251,6 +251,16 @@ def test_snapshot_request_gets_the_state_once(kafka_config: KafkaConfig) -> None
     asyncio.run(_requests(kafka_config))
 
 
+async def _followed(app: BrokerApp) -> None:
+    """Until the journal follower has handed on (and the item state applied) everything the
+    journal holds now."""
+    loop = asyncio.get_running_loop()
+    read: asyncio.Future[None] = loop.create_future()
+    await asyncio.to_thread(app.follower.when_read,
+                            lambda: loop.call_soon_threadsafe(read.set_result, None))
+    await asyncio.wait_for(read, 10)
+
+
 async def _bad_requests(config: KafkaConfig) -> None:
     async with BrokerApp(config, robust=QUIET) as app:
         pub = await PubsubClient.connect("127.0.0.1", app.port, "pub@example.com")
@@ -258,6 +268,7 @@ async def _bad_requests(config: KafkaConfig) -> None:
         await pub.create_topic(TOPIC)
         await pub.publish(TOPIC, b"<q />", publish_type="image", message_id="IBM")
         await pub.subscribe(TOPIC, 600, link="pub-desk")
+        await _followed(app)  # the image is in the item state before it is compared
         before = app.core.items.states()
         with pytest.raises(NotTaken) as unknown:
             await wilma.snapshot("no.such.topic")
