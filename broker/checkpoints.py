@@ -60,7 +60,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from broker._flush import FlushPolicy
+from broker.flush import FlushPolicy
 from broker.kafka_io import StoredRecord
 from common.errors import JournalUnavailable
 

@@ -46,6 +46,10 @@ publication to append at all is decided above the journal (`broker.pubseq`).
 
 Known limit: a dead process's last produce request could, in theory, land after recovery scanned
 the tail; a transactional producer per source owner would fence it.
+
+Why one module of this length: the per-source seq assignment, its recovery and the reads
+share one state under one lock; the record writer (`journal_writer.py`), the publisher-seq
+ledger (`pubseq.py`) and the checkpoints (`checkpoints.py`) are already apart.
 """
 
 from __future__ import annotations
@@ -59,9 +63,9 @@ from typing import Any, NamedTuple
 
 import structlog
 
-from broker._journal_writer import DataRecordWriter
 from broker.checkpoints import CheckpointBook, Loaded
 from broker.codec import Codec, default_codec
+from broker.journal_writer import DataRecordWriter
 from broker.kafka_io import (
     Delivery,
     KafkaCheckpoints,

@@ -1,6 +1,6 @@
-"""Chaos acceptance run for robust delivery (docs/robust-subscribing.md): publishers,
-subscribers, dropped connections and kill -9 of the broker, then an exactly-once audit against
-the journal.
+"""Chaos acceptance run for robust delivery: publishers, subscribers, dropped connections
+and kill -9 of the broker, then an exactly-once audit against the journal
+(docs/robust-subscribing.md).
 
 Run: `.venv/bin/python -m ops.chaos_robust [--bootstrap H:P] [--messages 20000]
 [--drops-every 2.0] [--kills 2] [--seed N] [--rate 400]` (without --bootstrap a throwaway
@@ -592,7 +592,7 @@ def _audit_subscriber(v: list[tuple[str, str]], s: _Subscriber,
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--bootstrap", help="an existing Kafka (default: start a throwaway one)")
     ap.add_argument("--messages", type=int, default=20_000)
     ap.add_argument("--drops-every", type=float, default=2.0, metavar="SECONDS",

@@ -19,7 +19,8 @@ from adapters import speedups
 
 _PROBE = (
     "import json; from adapters import speedups; from adapters.beep import _frames, _mime; "
-    "from adapters.apex import _batch_fast, _canonical; from broker.robust import _link_writer; "
+    "from adapters.apex import batch_fast as _batch_fast, _canonical; "
+    "from broker.robust import _link_writer; "
     "print(json.dumps([speedups.active(), [_frames._scan_whole is None, "
     "_mime._content_type_only is None, _canonical._match_layout is None, "
     "_batch_fast._scan_batch is None, _link_writer._link_bodies is None]]))"

@@ -4,7 +4,7 @@
  * - match_layout: the layout checks of _canonical.match_data, held to the oracle
  *   tests/apex/canonical_oracle.py (match_data_python) on arbitrary input by
  *   tests/apex/test_canonical_speedups.py. Notes below, then further down scan_batch's own.
- * - scan_batch: the layout checks of _batch_fast.match_batch, held to the oracle
+ * - scan_batch: the layout checks of batch_fast.match_batch, held to the oracle
  *   tests/apex/batch_oracle.py (match_batch_python) by tests/apex/test_batch_speedups.py.
  *
  * match_layout: the layout checks of _canonical.match_data (this returns exactly what the
@@ -284,7 +284,7 @@ match_layout(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 /* --- scan_batch -----------------------------------------------------------------------------
  *
  * Why C: a subscriber of live batches spends nearly half its time per delivery in
- * _batch_fast.match_batch, nearly all of it interpreter overhead around one compiled regex per
+ * batch_fast.match_batch, nearly all of it interpreter overhead around one compiled regex per
  * item, its groups, int()s, a find() and a2b_base64() over a few hundred octets. Here that
  * layout is read octet by octet, as the oracle's regexes read it. Every check that goes
  * through the general path's own functions stays in Python: the link id, epoch, source,
@@ -714,7 +714,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "adapters.apex._speedups",
-    "C twins of _canonical.match_data()'s and _batch_fast.match_batch()'s layout checks.", -1,
+    "C twins of _canonical.match_data()'s and batch_fast.match_batch()'s layout checks.", -1,
     methods,
 };
 

@@ -35,7 +35,7 @@ from broker.robust.linkid import validate_link_id
 from common.errors import ParameterSyntaxError, SyntaxError_
 from common.xml_safe import UnsafeXml, checked_attributes, parse_hardened
 
-from ._batch_fast import ItemFields, match_batch
+from .batch_fast import ItemFields, match_batch
 from .robust_codec import (
     MAX_BATCH_ITEMS,
     Heartbeat,
@@ -193,7 +193,7 @@ def _item(elem: etree._Element, link: str) -> ItemFields:
 def decode_batch(content: bytes) -> Batch:
     """The batch `content` holds (500/501/553 as the module docstring says).
 
-    A batch in the layout the broker writes is read by `_batch_fast.match_batch` (compiled),
+    A batch in the layout the broker writes is read by `batch_fast.match_batch` (compiled),
     without lxml, to the result this function's general path gives; anything else goes that
     way."""
     link, items = batch_items(content)

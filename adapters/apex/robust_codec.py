@@ -582,7 +582,7 @@ def varied_stamp(proto: Stamp, link_seq: int, source_seq: int | None, time: int 
                  message_id: str | None) -> Stamp:
     """`proto` with the fields that vary from one data stamp of a link to the next replaced,
     without a check: for a reader that checked `proto` whole and checks these itself (the
-    `<batch>` fast path, `_batch_fast`).
+    `<batch>` fast path, `batch_fast`).
     Spelled out setter by setter: a batch reader makes one per item, and a loop over the
     slots costs half as much again. With `Stamp(...)` (which checks everything) this is the
     one way a `Stamp` is made."""

@@ -4,7 +4,7 @@ The generic path builds a dict (`LinkRecord.to_avro`) and walks it with the comp
 writer, about 25 µs a record; every delivery on a link writes one. This writer knows the field
 order of `link_record` v2 and writes the Avro body from the record's attributes, with the link
 name cached per link, either alone (`encode`: one `link_record`) or several in one `link_batch`
-v1, whose array items are exactly those bodies (`encode_many`). Like `broker/_journal_writer.py`
+v1, whose array items are exactly those bodies (`encode_many`). Like `broker/journal_writer.py`
 it takes only values whose type is plainly right; anything else, or newer schemas than these,
 goes down the generic path, which writes or refuses it exactly as before.
 tests/broker/test_link_writer.py checks with hypothesis that the bytes equal the generic path's.
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from broker import speedups
-from broker._avro_bytes import _NULL, _ONE_BYTE, _PRESENT, _long, _Slow, _string
+from broker.avro_bytes import NULL, ONE_BYTE, PRESENT, Slow, avro_long, avro_string
 from broker.codec import MARKER, Codec
 from broker.kafka_io import Position
 
@@ -38,7 +38,7 @@ V2_FINGERPRINT = bytes.fromhex("998f9d370474f622")
 BATCH_V1_FINGERPRINT = bytes.fromhex("d64518f5aca86778")
 _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
 #: LinkKind (a StrEnum, so its members find these keys) -> its enum index
-_KINDS = {"DATA": _ONE_BYTE[0], "HEARTBEAT": _ONE_BYTE[2], "RESET": _ONE_BYTE[4]}
+_KINDS = {"DATA": ONE_BYTE[0], "HEARTBEAT": ONE_BYTE[2], "RESET": ONE_BYTE[4]}
 #: Links whose head bytes are kept; past it the cache starts over (hostile link names).
 _HEADS_LIMIT = 100_000
 
@@ -52,8 +52,8 @@ _link_bodies: Callable[[list[Any], dict[str, bytes], type, type], bytes | None] 
 
 def _int(n: Any) -> bytes:
     if type(n) is not int or not _INT_MIN <= n <= _INT_MAX:
-        raise _Slow
-    return _long(n)
+        raise Slow
+    return avro_long(n)
 
 
 class LinkRecordWriter:
@@ -87,7 +87,7 @@ class LinkRecordWriter:
                     return self._header + body
             try:
                 return self._header + self._body(record)
-            except (_Slow, TypeError, KeyError):  # KeyError: not a LinkKind
+            except (Slow, TypeError, KeyError):  # KeyError: not a LinkKind
                 pass
         return self._codec.encode(SCHEMA, record.to_avro())
 
@@ -98,13 +98,13 @@ class LinkRecordWriter:
                 bodies = self._bodies(records if type(records) is list else list(records),
                                       _KINDS, *self._types)
                 if bodies is not None:
-                    return b"".join((self._batch_header, _long(len(records)), bodies, b"\x00"))
+                    return b"".join((self._batch_header, avro_long(len(records)), bodies, b"\x00"))
             try:
                 body = self._body
                 # An Avro array: one block of len(records) items, then the empty block.
-                return b"".join((self._batch_header, _long(len(records)),
+                return b"".join((self._batch_header, avro_long(len(records)),
                                  *[body(r) for r in records], b"\x00"))
-            except (_Slow, TypeError, KeyError):
+            except (Slow, TypeError, KeyError):
                 pass
         return self._codec.encode(BATCH_SCHEMA, {"records": [r.to_avro() for r in records]})
 
@@ -116,7 +116,8 @@ class LinkRecordWriter:
         key = (r.link, r.epoch, r.epoch_start, r.bits)
         head = self._heads.get(key)
         if head is None:
-            head = (_string(r.link), _long(r.epoch) + _long(r.epoch_start) + _int(r.bits))
+            head = (avro_string(r.link),
+                    avro_long(r.epoch) + avro_long(r.epoch_start) + _int(r.bits))
             if len(self._heads) >= _HEADS_LIMIT:
                 self._heads.clear()
             self._heads[key] = head
@@ -128,20 +129,20 @@ class LinkRecordWriter:
             self._last = None  # a record that goes down the slow path leaves no cache
             self._tail = self._tail_of(r)
             self._last = r
-        return b"".join((head[0], _long(r.ordinal), head[1], _KINDS[r.kind], self._tail))
+        return b"".join((head[0], avro_long(r.ordinal), head[1], _KINDS[r.kind], self._tail))
 
     @staticmethod
     def _tail_of(r: LinkRecord) -> bytes:
         snapshot = r.snapshot
         if type(snapshot) is not bool:
-            raise _Slow
+            raise Slow
         pos = r.position
         v: Any
         return b"".join((
-            _NULL if pos is None else _PRESENT + _int(pos.partition),
-            _NULL if pos is None else _PRESENT + _long(pos.offset),
-            _NULL if (v := r.source) is None else _PRESENT + _string(v),
-            _NULL if (v := r.source_seq) is None else _PRESENT + _long(v),
-            _NULL if (v := r.owner) is None else _PRESENT + _string(v),
-            _long(r.writer), _long(r.recorded_at), b"\x01" if snapshot else b"\x00",
+            NULL if pos is None else PRESENT + _int(pos.partition),
+            NULL if pos is None else PRESENT + avro_long(pos.offset),
+            NULL if (v := r.source) is None else PRESENT + avro_string(v),
+            NULL if (v := r.source_seq) is None else PRESENT + avro_long(v),
+            NULL if (v := r.owner) is None else PRESENT + avro_string(v),
+            avro_long(r.writer), avro_long(r.recorded_at), b"\x01" if snapshot else b"\x00",
         ))

@@ -81,9 +81,9 @@ from typing import Any
 
 import structlog
 
-from broker._flush import FlushPolicy
 from broker.checkpoints import CheckpointBook, Loaded, Phase, Round, Write, state_key, sub_key
 from broker.codec import Codec, default_codec
+from broker.flush import FlushPolicy
 from broker.journal import SCHEMA as JOURNAL_SCHEMA
 from broker.kafka_io import (
     KafkaCheckpoints,

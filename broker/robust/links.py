@@ -50,6 +50,11 @@ record (ranges are validated by `LinkSeqSpace.check_range`: 553 for a bad range,
 maximum gap), seek to the bucket's offset and collect that link's records. The range must lie in
 the current epoch, within the link retention window (`retention_ms`, by each record's time;
 Kafka deletes later, on its own schedule) and be complete; otherwise 569, link context gone.
+
+Why one module of this length: appends, the durable bookkeeping, recovery and range reads
+all work on the same per-link heads and index under the same two locks; the record writer
+(`_link_writer.py`), the seq arithmetic (`linkseq.py`) and the checkpoints
+(`broker/checkpoints.py`) are already apart.
 """
 
 from __future__ import annotations

@@ -18,13 +18,13 @@ import sys
 from functools import partial
 
 from adapters import speedups
-from adapters.apex._batch_fast import match_batch
 from adapters.apex.batch_codec import (
     MAX_BATCH_XML,
     BatchPacker,
     _decode_general,
     batch_data_item,
 )
+from adapters.apex.batch_fast import match_batch
 from adapters.apex.robust_codec import data_stamp_xml
 from ops.bench._timing import micros
 

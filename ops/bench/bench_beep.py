@@ -24,8 +24,19 @@ import random
 import sys
 import time
 
-from adapters.beep import BeepConfig, BeepConnection, MessageReceived, ReplyReceived, Role
-from adapters.beep._frames import Frame, FrameDecoder, FrameType, SeqFrame, encode_frame, encode_seq
+from adapters.beep import (
+    BeepConfig,
+    BeepConnection,
+    Frame,
+    FrameDecoder,
+    FrameType,
+    MessageReceived,
+    ReplyReceived,
+    Role,
+    SeqFrame,
+    encode_frame,
+    encode_seq,
+)
 
 
 def record_stream(megabytes: float, seed: int = 3340) -> bytes:

@@ -38,9 +38,9 @@ from typing import NamedTuple
 
 from confluent_kafka import Producer
 
-from broker._journal_writer import DataRecordWriter
 from broker.codec import default_codec
 from broker.core import BrokerCore
+from broker.journal_writer import DataRecordWriter
 from broker.kafka_io import KafkaConfig, ensure_topics, producer_conf
 from broker.records import Publication, now_ms
 

@@ -1,4 +1,4 @@
-"""The `<batch>` layout of `adapters/apex/_batch_fast.py`, spelled as regular expressions: the
+"""The `<batch>` layout of `adapters/apex/batch_fast.py`, spelled as regular expressions: the
 oracle its compiled twin (`scan_batch` in adapters/apex/_speedups.c) is held to.
 
 This was the product's pure-Python fast path until the general path (lxml) and the C twin were
@@ -15,7 +15,7 @@ from __future__ import annotations
 import binascii
 import re
 
-from adapters.apex._batch_fast import ItemFields, _bounded, _known, _remembered
+from adapters.apex.batch_fast import ItemFields, _bounded, _known, _remembered
 from adapters.apex.robust_codec import (
     MAX_BATCH_ITEMS,
     MAX_LINK_SEQ,

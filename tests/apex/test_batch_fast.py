@@ -11,7 +11,6 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from adapters.apex._batch_fast import match_batch
 from adapters.apex.batch_codec import (
     MAX_BATCH_XML,
     Batch,
@@ -22,6 +21,7 @@ from adapters.apex.batch_codec import (
     batch_items,
     decode_batch,
 )
+from adapters.apex.batch_fast import match_batch
 from adapters.apex.robust_codec import MAX_BATCH_ITEMS, data_stamp_xml
 from common.errors import ApexpsError
 from tests.apex.batch_data import HAND_MADE_ITEM as _ITEM

@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from adapters import speedups
-from adapters.apex import _batch_fast
-from adapters.apex._batch_fast import ItemFields, match_batch
+from adapters.apex import batch_fast as _batch_fast
 from adapters.apex.batch_codec import MAX_BATCH_XML
+from adapters.apex.batch_fast import ItemFields, match_batch
 from adapters.apex.robust_codec import MAX_BATCH_ITEMS, MAX_LONG
 from tests.apex.batch_data import (
     HAND_MADE_ITEM,

@@ -1,8 +1,8 @@
-"""The checkpoint flush rule shared by the journal and the link log (broker/_flush.py)."""
+"""The checkpoint flush rule shared by the journal and the link log (broker/flush.py)."""
 
 from __future__ import annotations
 
-from broker._flush import FlushPolicy
+from broker.flush import FlushPolicy
 
 
 def test_nothing_changed_is_never_due() -> None:

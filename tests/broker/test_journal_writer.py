@@ -10,8 +10,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from broker._journal_writer import SCHEMA, DataRecordWriter
 from broker.codec import default_codec
+from broker.journal_writer import SCHEMA, DataRecordWriter
 from broker.records import Publication, PublishType
 from common.errors import RecordSchemaError
 

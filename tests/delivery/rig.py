@@ -123,7 +123,7 @@ def check_link_order(rig: Rig) -> None:
                     f"{record} after {prev}: epoch {record.epoch} began without its reset"
             expected = (record.ordinal - record.epoch_start - 1) % maximum + 1
             assert record.link_seq == expected
-            assert 1 <= record.link_seq <= maximum
+            assert 0 < record.link_seq <= maximum
         last[record.link] = record
 
 

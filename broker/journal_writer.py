@@ -25,15 +25,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker._avro_bytes import (
-    _LONG_MAX,
-    _NULL,
-    _ONE_BYTE,
-    _PRESENT,
-    _long,
-    _Slow,
-    _string,
-    _varint,
+from broker.avro_bytes import (
+    LONG_MAX,
+    NULL,
+    ONE_BYTE,
+    PRESENT,
+    Slow,
+    avro_long,
+    avro_string,
+    varint,
 )
 from broker.codec import MARKER, Codec
 from broker.records import Publication
@@ -52,40 +52,40 @@ _HEADS_LIMIT = 100_000
 #: publisher_seq null, gap_to null, gap_reason null
 _THREE_NULLS = b"\x00\x00\x00"
 _EMPTY_MAP = b"\x00"
-_PUBLISH_TYPES = {s: _ONE_BYTE[2 * i] for i, s in enumerate(
+_PUBLISH_TYPES = {s: ONE_BYTE[2 * i] for i, s in enumerate(
     ("update", "correction", "image", "drop", "snapshot", "add"))}
 
 
 def _fields(fields: Any) -> bytes:
     # Mirrors Publication.to_avro: {k: list(v)}; any non-str key or item goes the slow way.
     if type(fields) is not dict:
-        raise _Slow
+        raise Slow
     if not fields:
         return _EMPTY_MAP
-    out = [_varint(len(fields) << 1)]
+    out = [varint(len(fields) << 1)]
     add = out.append
     for key, values in fields.items():
-        add(_string(key))
+        add(avro_string(key))
         items = list(values)
         if items:
-            add(_varint(len(items) << 1))
+            add(varint(len(items) << 1))
             for v in items:
-                add(_string(v))
-        add(_NULL)
-    add(_NULL)
+                add(avro_string(v))
+        add(NULL)
+    add(NULL)
     return b"".join(out)
 
 
 def _options(options: Any) -> bytes:
     if type(options) is not dict:
-        raise _Slow
+        raise Slow
     if not options:
         return _EMPTY_MAP
-    out = [_varint(len(options) << 1)]
+    out = [varint(len(options) << 1)]
     for key, value in options.items():
-        out.append(_string(key))
-        out.append(_string(value))
-    out.append(_NULL)
+        out.append(avro_string(key))
+        out.append(avro_string(value))
+    out.append(NULL)
     return b"".join(out)
 
 
@@ -97,16 +97,16 @@ class DataRecordWriter:
         sv = codec.schema(SCHEMA)
         #: whether the newest journal_record is the layout this writer knows
         self.fast = sv.fingerprint == V2_FINGERPRINT
-        self._header = MARKER + sv.fingerprint + _NULL  # kind=DATA is enum index 0
+        self._header = MARKER + sv.fingerprint + NULL  # kind=DATA is enum index 0
         self._heads: dict[tuple[str, str], bytes] = {}
         self._content_types: dict[str, bytes] = {}
         self._stamp: tuple[int | None, bytes] = (None, b"")  # appended_at, its encoding
 
     def encode(self, pub: Publication, seq: int, appended_at: int) -> bytes:
-        if self.fast and 0 < seq <= _LONG_MAX:  # the journal's seqs always are
+        if self.fast and 0 < seq <= LONG_MAX:  # the journal's seqs always are
             try:
                 return self._write(pub, seq, appended_at)
-            except (_Slow, TypeError):  # TypeError: e.g. an unhashable publish type
+            except (Slow, TypeError):  # TypeError: e.g. an unhashable publish type
                 pass
         return self._codec.encode(SCHEMA, pub.to_avro(seq, appended_at))
 
@@ -114,37 +114,37 @@ class DataRecordWriter:
         topic, source = pub.topic, pub.source
         head = self._heads.get((topic, source))
         if head is None:
-            head = self._header + _string(topic) + _string(source)
+            head = self._header + avro_string(topic) + avro_string(source)
             if len(self._heads) >= _HEADS_LIMIT:
                 self._heads.clear()
             self._heads[topic, source] = head
         ms, stamp = self._stamp
         if ms != appended_at:
-            stamp = _long(appended_at)
+            stamp = avro_long(appended_at)
             self._stamp = (appended_at, stamp)
         content = pub.content
         if type(content) is not bytes:
-            raise _Slow
+            raise Slow
         ptype = _PUBLISH_TYPES.get(pub.publish_type)
         if ptype is None:
-            raise _Slow
+            raise Slow
         ctype = self._content_types.get(pub.content_type)
         if ctype is None:
-            ctype = _string(pub.content_type)
+            ctype = avro_string(pub.content_type)
             if len(self._content_types) < 64:
                 self._content_types[pub.content_type] = ctype
         # Absent optional fields are the common case: test them inline, call only for values.
         v: Any = pub.publisher_seq
-        middle = _THREE_NULLS if v is None else _PRESENT + _long(v) + b"\x00\x00"
+        middle = _THREE_NULLS if v is None else PRESENT + avro_long(v) + b"\x00\x00"
         fields, options = pub.fields, pub.options
         return b"".join((
-            head, _varint(seq << 1), middle, ptype,
-            _NULL if (v := pub.message_id) is None else _PRESENT + _string(v),
-            _NULL if (v := pub.revision_id) is None else _PRESENT + _string(v),
-            _NULL if (v := pub.publication_date) is None else _PRESENT + _long(v),
-            _NULL if (v := pub.expiration_date) is None else _PRESENT + _string(v),
-            _NULL if (v := pub.permission_token) is None else _PRESENT + _string(v),
-            ctype, _varint(len(content) << 1), content,
+            head, varint(seq << 1), middle, ptype,
+            NULL if (v := pub.message_id) is None else PRESENT + avro_string(v),
+            NULL if (v := pub.revision_id) is None else PRESENT + avro_string(v),
+            NULL if (v := pub.publication_date) is None else PRESENT + avro_long(v),
+            NULL if (v := pub.expiration_date) is None else PRESENT + avro_string(v),
+            NULL if (v := pub.permission_token) is None else PRESENT + avro_string(v),
+            ctype, varint(len(content) << 1), content,
             _EMPTY_MAP if not fields and type(fields) is dict else _fields(fields),
             _EMPTY_MAP if not options and type(options) is dict else _options(options),
             stamp,
