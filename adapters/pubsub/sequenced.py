@@ -95,7 +95,10 @@ class _CatchUpInThread:
             except Exception as exc:  # a bug must still answer the requester
                 log.exception("source repair read failed")
                 result = JournalUnavailable(f"the repair failed: {exc}")
-            done(result)
+            try:
+                done(result)
+            except RuntimeError:  # the loop closed meanwhile (shutdown): nobody to answer
+                log.info("source repair read finished after shutdown")
 
         self._loop.run_in_executor(None, run)
 
