@@ -1,7 +1,7 @@
 """The fan-out mark: how far the journal has been put onto subscriber links, durable in Kafka.
 
 Why. A publisher's `ok` means its message is in the journal; the broker then reads it back and
-gives it a link seq on every subscriber's link (adapters/pubsub/sequenced.py). A broker killed
+gives it a link seq on every subscriber's link (broker/delivery/core.py). A broker killed
 between the two would, on restart, follow the journal from its end and never sequence that
 message: a loss no gap fill can see, since no link seq was ever assigned. So the fan-out keeps,
 per journal partition, the offset below which every record is durable on its links (the

@@ -205,7 +205,7 @@ def test_the_fanouts_item_equals_the_one_built_whole(
 
 def test_a_stale_slot_under_a_reused_id_is_not_taken() -> None:
     # The parts are found by id(entry); once an entry is gone its id may name a new one.
-    from adapters.pubsub import _deliveries as _sequenced
+    from adapters.pubsub import _deliveries
     from broker.kafka_io import Position
     from broker.records import JournalEntry, RecordKind
     from broker.robust.links import LinkKind, LinkRecord
@@ -218,7 +218,7 @@ def test_a_stale_slot_under_a_reused_id_is_not_taken() -> None:
     old, new = entry(b"old"), entry(b"new")
     rec = LinkRecord("L", 1, 0, 0, 32, 1, LinkKind.DATA, new.position, "s", 1, None, 1, 0)
     known: dict[int, tuple[JournalEntry, str, str]] = {}
-    stale = _sequenced._batch_data_item(rec, old, False, known)
+    stale = _deliveries._batch_data_item(rec, old, False, known)
     known[id(new)] = known.pop(id(old))  # as if `new` had been given `old`'s id
-    assert _sequenced._batch_data_item(rec, new, False, known) != stale
-    assert "bmV3" in _sequenced._batch_data_item(rec, new, False, known)  # base64 of b"new"
+    assert _deliveries._batch_data_item(rec, new, False, known) != stale
+    assert "bmV3" in _deliveries._batch_data_item(rec, new, False, known)  # base64 of b"new"

@@ -78,7 +78,7 @@ def test_any_names_decline_or_decode_alike(doc: bytes) -> None:
 
 
 def test_a_live_item_takes_the_fast_path() -> None:
-    """What a subscriber gets at a trickle: one item, as `_sequenced` writes it."""
+    """What a subscriber gets at a trickle: one item, as the fan-out writes it."""
     stamp = data_stamp_xml(LINK, 7, epoch=0, source="pub@bench.example", source_seq=7,
                            publish_type="update", topic="bench.quotes", time=1_700_000_000_000)
     packer = BatchPacker(LINK, 1024)
