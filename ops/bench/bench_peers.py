@@ -51,7 +51,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ops.bench import _profile as profiled
 from ops.bench.bench_pubsub import DOMAIN, ROOT, SIZE, _cpu_seconds, _listener_pid
@@ -91,6 +91,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--system", choices=SYSTEMS, help=argparse.SUPPRESS)
     ap.add_argument("--workload", choices=WORKLOADS, help=argparse.SUPPRESS)
     ap.add_argument("--address", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     for name, allowed in (("systems", SYSTEMS), ("workloads", WORKLOADS)):
         chosen = [s for s in getattr(args, name).split(",") if s]
@@ -196,21 +197,18 @@ def table(results: dict[tuple[str, str], dict[str, float]]) -> list[str]:
 # --- the client side: one publisher process, one subscribers process ---------------------
 
 
-class _Client:
+class _Client(Protocol):
     """What the harness needs of a system: publish and await the ack, subscribe to a
     symbol with a callback, close."""
 
-    async def publish(self, sym: int, body: bytes) -> None:
-        raise NotImplementedError
+    async def publish(self, sym: int, body: bytes) -> None: ...
 
-    async def subscribe(self, sym: int, on_message: Callable[[bytes], None]) -> None:
-        raise NotImplementedError
+    async def subscribe(self, sym: int, on_message: Callable[[bytes], None]) -> None: ...
 
-    async def close(self) -> None:
-        raise NotImplementedError
+    async def close(self) -> None: ...
 
 
-class _Nats(_Client):
+class _Nats:
     def __init__(self, nc: Any) -> None:
         self.nc, self.js = nc, nc.jetstream()
 
@@ -233,7 +231,7 @@ class _Nats(_Client):
         await self.nc.close()
 
 
-class _Apexps(_Client):
+class _Apexps:
     def __init__(self, client: Any, robust: bool) -> None:
         self.client, self.robust = client, robust
         self.tasks: list[asyncio.Task[None]] = []
@@ -317,7 +315,7 @@ def _subscribers(args: argparse.Namespace) -> None:
         return {"latencies": lats, "last": max(last), "cpu": cpu,
                 "complete": all(len(lat) >= e for lat, e in zip(lats, expect, strict=True))}
 
-    _report(profiled.run(run()))
+    _report(args.out, profiled.run(run()))
 
 
 def _publisher(args: argparse.Namespace) -> None:
@@ -350,13 +348,13 @@ def _publisher(args: argparse.Namespace) -> None:
         await client.close()
         return {"began": began, "cpu": cpu}
 
-    _report(profiled.run(run()))
+    _report(args.out, profiled.run(run()))
 
 
-def _report(figures: dict[str, Any]) -> None:
-    """The process's result, as the last line of its stdout (the client library may log
-    to stdout before it)."""
-    print("\n" + json.dumps(figures), flush=True)
+def _report(path: str, figures: dict[str, Any]) -> None:
+    """The process's result goes to a file, not stdout: the client library may log there,
+    and a client can leave stdout non-blocking, which cuts a long report at the pipe's 64 KiB."""
+    Path(path).write_text(json.dumps(figures))
 
 
 def _quiet() -> None:
@@ -384,13 +382,14 @@ class _Broker:
 
     def __init__(self, system: str, bootstrap: str) -> None:
         self.system = system
-        self.store: tempfile.TemporaryDirectory[str] | None = None
+        #: the clients' reports, and JetStream's fresh store
+        self.scratch = tempfile.TemporaryDirectory(prefix="apexps-bench-peers-")
         if system == "jetstream":
-            self.store = tempfile.TemporaryDirectory(prefix="apexps-bench-js-")
             port = _free_port()
             binary = Path(sys.executable).with_name("nats-server")
             self.proc = subprocess.Popen(
-                [str(binary), "-js", "-sd", self.store.name, "-a", "127.0.0.1", "-p", str(port)],
+                [str(binary), "-js", "-sd", str(Path(self.scratch.name) / "store"),
+                 "-a", "127.0.0.1", "-p", str(port)],
                 stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             assert self.proc.stderr is not None
             for line in self.proc.stderr:  # it says so once it listens
@@ -438,8 +437,7 @@ class _Broker:
             assert self.proc.stdin is not None
             self.proc.stdin.close()  # the broker process ends when its stdin does
         self.proc.wait(timeout=120)
-        if self.store is not None:
-            self.store.cleanup()
+        self.scratch.cleanup()
 
 
 def _case(system: str, workload: str, args: argparse.Namespace, bootstrap: str,
@@ -450,22 +448,25 @@ def _case(system: str, workload: str, args: argparse.Namespace, bootstrap: str,
                 "--workload", workload, "--address", broker.address, "--messages",
                 str(args.messages), "--rate", str(args.rate), "--seconds", str(args.seconds),
                 "--window", str(args.window)]
-        subs = subprocess.Popen([*here, "--as-subscribers"], stdout=subprocess.PIPE, cwd=ROOT,
-                                text=True)
+        subs_out, pub_out = (Path(broker.scratch.name) / name for name in ("subs", "pub"))
+        subs = subprocess.Popen([*here, "--as-subscribers", "--out", str(subs_out)],
+                                stdout=subprocess.PIPE, cwd=ROOT, text=True)
         assert subs.stdout is not None
         if subs.stdout.readline().strip() != "ready":
             raise SystemExit(f"{system} {workload}: the subscribers failed to start")
+        _drain(subs.stdout)
         kafka = kafka_pid if system != "jetstream" else None
         broker_before = _cpu_seconds(broker.pid)
         kafka_before = _cpu_seconds(kafka) if kafka else 0.0
-        pub = subprocess.run([*here, "--as-publisher"], capture_output=True, text=True,
-                             cwd=ROOT, check=False)
+        pub = subprocess.run([*here, "--as-publisher", "--out", str(pub_out)],
+                             capture_output=True, text=True, cwd=ROOT, check=False)
         if pub.returncode:
             subs.kill()
             raise SystemExit(f"{system} {workload}: publisher failed: {pub.stderr[-2000:]}")
-        published = json.loads(pub.stdout.splitlines()[-1])
-        out, _ = subs.communicate()
-        report = json.loads(out.splitlines()[-1])
+        if subs.wait():
+            raise SystemExit(f"{system} {workload}: the subscribers failed")
+        published = json.loads(pub_out.read_text())
+        report = json.loads(subs_out.read_text())
         broker_cpu = _cpu_seconds(broker.pid) - broker_before
         kafka_cpu = _cpu_seconds(kafka) - kafka_before if kafka else None
     finally:

@@ -1,0 +1,126 @@
+"""The pure parts of ops/bench/bench_peers.py: its arguments, the coordinated-omission latency
+arithmetic and the median/ratio table. The real run (NATS server, Kafka, processes) is an ops
+script, not a CI test, and needs the bench extra, which CI does not install."""
+
+from __future__ import annotations
+
+import pytest
+
+from ops.bench import bench_peers as bp
+
+TINY = ["--messages", "200", "--seconds", "1", "--runs", "1"]
+
+
+def test_defaults_are_the_briefs_workloads() -> None:
+    """Without arguments: 3 runs, 20,000 messages, 1,000 msgs/s for 10 s, 256 in flight,
+    every system and workload."""
+    args = bp.parse_args([])
+    assert (args.runs, args.messages, args.rate, args.seconds, args.window) == \
+        (3, 20_000, 1_000, 10.0, 256)
+    assert args.systems == list(bp.SYSTEMS)
+    assert args.workloads == list(bp.WORKLOADS)
+
+
+def test_a_tiny_run_plans_each_workload() -> None:
+    """W1 and W3 send --messages flat out (to 1 and 10 subscribers), W2 rate x seconds paced."""
+    args = bp.parse_args(TINY)
+    assert bp.plan("W1", args) == (200, 1, 0)
+    assert bp.plan("W2", args) == (1_000, 1, 1_000)
+    assert bp.plan("W3", args) == (200, 10, 0)
+
+
+@pytest.mark.parametrize("argv", [["--systems", "kafka"], ["--workloads", "W4"],
+                                  ["--workloads", ""], ["--runs", "0"], ["--window", "0"],
+                                  ["--seconds", "0"]])
+def test_bad_arguments_are_refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """An unknown system or workload, or a count below 1, is a usage error naming it."""
+    with pytest.raises(SystemExit) as exc:
+        bp.parse_args(argv)
+    assert exc.value.code == 2
+    assert argv[0] in capsys.readouterr().err
+
+
+def test_w3_gives_each_subscriber_a_tenth() -> None:
+    """Message i is about symbol i mod 10 in W3, so 200 messages are 20 per subscriber; W1 and
+    W2 have one symbol."""
+    counts = [0] * bp.SYMBOLS
+    for i in range(200):
+        counts[bp.symbol(i, "W3")] += 1
+    assert counts == [20] * bp.SYMBOLS
+    assert {bp.symbol(i, "W1") for i in range(50)} == {0}
+
+
+def test_latency_counts_from_the_intended_send_time() -> None:
+    """Coordinated omission: at 1,000/s a publisher that stalls 100 ms at message 10 sends
+    messages 10..109 late, all at once. Counted from when each was due, they waited up to
+    100 ms; counted from when they left, they would look instant."""
+    began, rate = 1_000.0, 1_000
+    stall_until = bp.intended(began, rate, 10) + 0.100
+    corrected, naive = [], []
+    for i in range(1_000):
+        due = bp.intended(began, rate, i)
+        sent = max(due, stall_until) if i >= 10 else due
+        received = sent + 0.001  # the system itself: 1 ms each
+        corrected.append(bp.latency_us(due, received))
+        naive.append(bp.latency_us(sent, received))
+    assert max(naive) == 1_000
+    assert corrected[10] == 101_000  # due at 10 ms, received at 111 ms
+    assert corrected[109] == 2_000
+    assert corrected[110:] == [1_000] * 890
+    assert sum(c > 1_000 for c in corrected) == 100
+
+
+def test_a_stamp_carries_its_due_time() -> None:
+    """The message is 512 octets and its first 8 are the intended send time."""
+    body = bp.stamp(1234.5, 7)
+    assert len(body) == bp.SIZE
+    assert bp.due_of(body) == 1234.5
+
+
+def test_latency_never_negative() -> None:
+    """A receipt in the same instant as its due time is 0 µs, not below."""
+    assert bp.latency_us(10.0, 10.0) == 0
+    assert bp.latency_us(10.0, 9.999_999) == 0
+
+
+def test_figures_are_medians_over_runs() -> None:
+    """Each figure is the median of the runs that have it (not the mean: one slow run of
+    three must not move it)."""
+    runs = [{"rate": 100.0, "cpu_kafka_us": 5.0}, {"rate": 900.0}, {"rate": 110.0}]
+    assert bp.median_figures(runs) == {"rate": 110.0, "cpu_kafka_us": 5.0}
+
+
+def test_ratio_is_apexps_over_jetstream() -> None:
+    """Above 1: apexps has more of it; no JetStream figure: no ratio."""
+    assert bp.ratio(500.0, 2_000.0) == 0.25
+    assert bp.ratio(1.0, 0.0) != bp.ratio(1.0, 0.0)  # nan
+
+
+def _results() -> dict[tuple[str, str], dict[str, float]]:
+    cpu = {"cpu_broker_us": 10.0, "cpu_publisher_us": 20.0, "cpu_subscribers_us": 30.0}
+    return {("jetstream", "W1"): {"rate": 20_000.0, "complete": 1.0, **cpu},
+            ("robust", "W1"): {"rate": 5_000.0, "complete": 1.0, "cpu_kafka_us": 40.0, **cpu},
+            ("jetstream", "W2"): {"p50_ms": 0.5, "p99_ms": 4.0, "complete": 1.0, **cpu},
+            ("robust", "W2"): {"p50_ms": 2.0, "p99_ms": 40.0, "complete": 0.0, **cpu}}
+
+
+def test_table_puts_jetstream_first_and_the_ratio_beside_apexps() -> None:
+    """One row per workload figure, JetStream as the yardstick column, each apexps figure
+    with its ratio to it; systems that did not run have no column."""
+    lines = bp.table(_results())
+    assert lines[0].split() == ["jetstream", "robust"]
+    w1 = next(line for line in lines if line.startswith("W1"))
+    assert w1.split()[-3:] == ["20,000", "5,000", "(0.25x)"]
+    p99 = next(line for line in lines if "p99" in line)
+    assert p99.split()[-3:] == ["4.00", "40.00!", "(10.00x)"]
+    w3 = next(line for line in lines if line.startswith("W3"))
+    assert w3.split()[-2:] == ["-", "-"]
+
+
+def test_table_gives_each_process_its_cpu_and_flags_incomplete_runs() -> None:
+    """CPU per message of the broker, Kafka (apexps only), publisher and subscribers; a run
+    whose subscribers stalled is marked."""
+    lines = bp.table(_results())
+    assert "  W1 robust     broker 10, Kafka 40, publisher 20, subscribers 30" in lines
+    assert "  W1 jetstream  broker 10, publisher 20, subscribers 30" in lines
+    assert lines[-1].startswith("! INCOMPLETE")
