@@ -14,8 +14,9 @@ Three systems, each freshly started for every workload of every run:
 * apexps robust: the default, sequenced broker, each subscriber a `RobustSubscriber` (its own
   link: link seqs, gap detection and repair).
 Every system's publisher awaits each publication's acknowledgement (JetStream's PubAck, the
-broker's `ok`: durable either way) and keeps `--window` (256) of them in flight; messages are
-512 octets whose first bytes carry the intended send time.
+broker's `ok`: durable either way) and keeps `--window` (256) of them in flight (the apexps
+client puts at most 32 on the wire at once and queues the rest, as it does for any
+application); messages are 512 octets whose first bytes carry the intended send time.
 
 The workloads:
 * W1: `--messages` (20,000) from 1 publisher to 1 subscriber, flat out: end-to-end msgs/s,
