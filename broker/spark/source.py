@@ -18,13 +18,30 @@ from typing import Any
 
 from broker.kafka_io import KafkaConfig
 
-__all__ = ["Bound", "kafka_source", "window_options"]
+__all__ = ["Bound", "kafka_source", "parse_bound", "window_options"]
 
 DataFrame = Any  # pyspark.sql.DataFrame
 SparkSession = Any
 
 #: None, an offset spec Spark takes as is, {partition: offset}, or a time (naive means UTC).
 Bound = str | Mapping[int, int] | datetime | None
+
+
+def parse_bound(text: str) -> Bound:
+    """A bound as a command line gives it (an audit's `--from`/`--to`): `earliest`, `latest`,
+    Spark's offsets JSON, or an ISO 8601 time (naive means UTC, `Z` is accepted).
+
+    Raises:
+        ValueError: none of these, with the text in the message.
+    """
+    text = text.strip()
+    if text in ("earliest", "latest") or text.startswith("{"):
+        return text
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is neither earliest, latest, offsets JSON nor an ISO 8601 "
+                         "time such as 2026-11-25T20:00:00Z") from None
 
 
 def _millis(when: datetime) -> str:

@@ -36,7 +36,7 @@ from broker.spark.readers import (
     load_topics,
     registry_columns,
 )
-from broker.spark.source import kafka_source, window_options
+from broker.spark.source import kafka_source, parse_bound, window_options
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -289,6 +289,17 @@ def test_window_options_name_the_kafka_source_options() -> None:
         "startingOffsetsByTimestampStrategy": "latest"}
     assert window_options("j", {0: 5}, "latest") == {
         "startingOffsets": '{"j": {"0": 5}}', "endingOffsets": "latest"}
+
+
+def test_bounds_parse_from_the_command_line() -> None:
+    """--from/--to take earliest, latest, offsets JSON or an ISO time; anything else is refused
+    with the text in the message."""
+    assert parse_bound("2026-01-01T00:00:00Z") == datetime(2026, 1, 1, tzinfo=UTC)
+    assert parse_bound("2026-01-01 00:00") == datetime(2026, 1, 1)
+    assert parse_bound(" latest ") == "latest"
+    assert parse_bound('{"j": {"0": 5}}') == '{"j": {"0": 5}}'
+    with pytest.raises(ValueError, match="'yesterday' is neither"):
+        parse_bound("yesterday")
 
 
 def test_a_fingerprint_the_job_lacks_decodes_through_the_python_codec(
