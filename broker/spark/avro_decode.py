@@ -24,6 +24,8 @@ reports damage, it does not stop at it):
   it decodes where its schema directory (APEXPS_AVRO_DIR on the executors) knows more than the job.
   The UDF's input is null on every other row: Spark evaluates a Python UDF on all rows even
   inside a CASE branch, so nulling its input is what keeps the Python side to a pass over nulls.
+  That pass still costs (ops/bench/bench_spark_decode.py measures it), and it needs apexps on
+  the executors: `python_fallback=False` leaves Python out and reports those rows in SQL.
 
 One known difference: the JVM reader does not check that the body was consumed to its end, the
 Python codec refuses trailing bytes. apexps's writers never leave any.
@@ -52,12 +54,16 @@ def record_column(name: str) -> str:
 
 
 def decode_values(raw: DataFrame, names: Sequence[str], *, value: str = "value",
-                  tombstones: bool = False, codec: Codec | None = None) -> DataFrame:
+                  tombstones: bool = False, codec: Codec | None = None,
+                  python_fallback: bool = True) -> DataFrame:
     """`raw` plus `_schema` (the writer schema's name), one `_rec_<name>` struct per name (the
     record in that name's newest layout) and `decode_error`. `codec` gives the schemas decoded
     in the JVM (default: the shipped ones).
 
     `tombstones`: a null value is a compacted topic's delete, not damage (no error, no record).
+    `python_fallback=False`: no Python at all (for executors without apexps installed, and
+    without the pass over every row the UDF costs); a fingerprint none of `names` has is then
+    reported in SQL.
     """
     from pyspark.sql import functions as F
 
@@ -92,8 +98,19 @@ def decode_values(raw: DataFrame, names: Sequence[str], *, value: str = "value",
     df = raw.withColumns({**{record_column(n): c for n, c in native.items()},
                           "_schema": schema_name})
     rec_types = [df.schema[record_column(n)].dataType for n in names]
-    fallback = F.udf(_fallback_udf(list(names), rec_types), _fallback_type(list(names), rec_types))
-    df = df.withColumn("_py", fallback(F.when(well_formed & ~known, val)))
+    if python_fallback:
+        fallback = F.udf(_fallback_udf(list(names), rec_types),
+                         _fallback_type(list(names), rec_types))
+        df = df.withColumn("_py", fallback(F.when(well_formed & ~known, val)))
+    else:
+        unknown = F.concat(F.lit("record written with schema fingerprint "),
+                           F.lower(F.hex(F.substring(val, 3, HEADER_LEN - 2))),
+                           F.lit(f", which no shipped version of {' or '.join(names)} has"))
+        df = df.withColumn("_py", F.struct(
+            F.lit(None).cast("string").alias("schema"),
+            *[F.lit(None).cast(ty).alias(record_column(n))
+              for n, ty in zip(names, rec_types, strict=True)],
+            unknown.alias("error")))
     error = F.when(val.isNull(), F.lit(None) if tombstones else F.lit("empty record")) \
         .when(~well_formed, F.lit(BAD_MARKER))
     for cond, why in failed:

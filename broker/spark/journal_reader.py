@@ -31,12 +31,15 @@ JOURNAL_COLUMNS = (
 )
 
 
-def decode_journal(raw: DataFrame) -> DataFrame:
-    """Kafka rows -> one typed row per journal record, with its Kafka coordinates."""
+def decode_journal(raw: DataFrame, *, python_fallback: bool = True) -> DataFrame:
+    """Kafka rows -> one typed row per journal record, with its Kafka coordinates.
+
+    `python_fallback`: see `broker.spark.avro_decode.decode_values`.
+    """
     from pyspark.sql import functions as F
 
     rec = F.col(record_column("journal_record"))
-    return decode_values(raw, ["journal_record"]).select(
+    return decode_values(raw, ["journal_record"], python_fallback=python_fallback).select(
         F.col("partition").alias("kafka_partition"),
         F.col("offset").alias("kafka_offset"),
         F.col("timestamp").alias("kafka_timestamp"),

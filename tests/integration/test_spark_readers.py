@@ -25,7 +25,7 @@ from broker.records import (
     gap_record,
 )
 from broker.robust.links import LinkItem, LinkKind
-from broker.spark.journal_reader import JOURNAL_COLUMNS, load_journal
+from broker.spark.journal_reader import JOURNAL_COLUMNS, decode_journal, load_journal
 from broker.spark.readers import (
     LINK_COLUMNS,
     item_columns,
@@ -247,6 +247,17 @@ def test_damaged_records_become_rows_with_their_error(kafka_config: KafkaConfig,
     for r, why in zip(bad, damaged.values(), strict=True):
         assert why in r["decode_error"]
         assert all(r[c] is None for c in JOURNAL_COLUMNS[:-1]), r
+
+    # Without the Python fallback the job names the same rows in SQL, and runs no Python.
+    jvm_only = decode_journal(kafka_source(spark, kafka_config, "journal"), python_fallback=False)
+    assert "BatchEvalPython" not in jvm_only._jdf.queryExecution().executedPlan().toString()
+    errors = {(r["kafka_partition"], r["kafka_offset"]): r["decode_error"]
+              for r in jvm_only.collect()}
+    assert [errors[(r["kafka_partition"], r["kafka_offset"])] for r in bad][-2:] == [
+        "record written with schema fingerprint 0909090909090909, which no shipped version of "
+        "journal_record has",
+        f"record written with schema fingerprint {link[2:10].hex()}, which no shipped version "
+        "of journal_record has"]
 
 
 def test_window_selects_by_kafka_timestamp_and_by_offset(kafka_config: KafkaConfig,
