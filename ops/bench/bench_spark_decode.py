@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bootstrap", default=os.environ.get("APEXPS_BOOTSTRAP"),
                     help="an existing Kafka (default: $APEXPS_BOOTSTRAP, else a throwaway one)")
-    ap.add_argument("--records", type=int, default=50_000)
+    ap.add_argument("--records", type=int, default=40_000)
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds; best kept")
     args = ap.parse_args(argv)
     kafka = None
