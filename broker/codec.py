@@ -82,6 +82,9 @@ class SchemaVersion:
     #: the compiled reader of this version's records into the newest layout
     #: (broker/_avro_reader.py), None where only fastavro can read them
     read: Decoder | None = None
+    #: the schema as its .avsc file gives it (JSON), for readers in other runtimes: Spark's
+    #: `from_avro` (broker/spark/avro_decode.py)
+    raw: Any = None
 
 
 _FILE_RE = re.compile(r"^(?P<name>[a-z_]+)\.v(?P<version>\d+)\.avsc$")
@@ -114,7 +117,7 @@ class Codec:
                 fast: Callable[[Mapping[str, Any]], bytes] | None = compile_writer(raw)
             except Unsupported:
                 fast = None
-            sv = SchemaVersion(m["name"], int(m["version"]), parsed, fp, fast)
+            sv = SchemaVersion(m["name"], int(m["version"]), parsed, fp, fast, raw=raw)
             self._by_fp[fp] = sv
             raws[fp] = raw
             cur = self._latest.get(sv.name)
@@ -147,6 +150,14 @@ class Codec:
             if sv.name == name and sv.version == version:
                 return sv
         raise RecordSchemaError(f"no schema {name!r} version {version}")
+
+    def versions(self, name: str) -> list[SchemaVersion]:
+        """Every shipped version of `name`, oldest first (the last is the reader schema)."""
+        found = sorted((sv for sv in self._by_fp.values() if sv.name == name),
+                       key=lambda sv: sv.version)
+        if not found:
+            raise RecordSchemaError(f"no schema named {name!r}")
+        return found
 
     def encode(self, name: str, record: Mapping[str, Any], *, version: int | None = None) -> bytes:
         """Single-object encode `record` with the newest (or the given) version of `name`."""

@@ -1,8 +1,10 @@
-"""A local SparkSession with Spark's Kafka source on the classpath.
+"""A local SparkSession with Spark's Kafka source and spark-avro on the classpath.
 
-The connector jars are resolved from Maven Central by `ops/spark/pom.xml` (cached, see
+The jars are resolved from Maven Central by `ops/spark/pom.xml` (cached, see
 adapters/local/provision.py) rather than by `spark.jars.packages`, so a session start never reaches
-the network once the cache is warm, and so the connector version is pinned next to pyspark's.
+the network once the cache is warm, and so both versions are pinned next to pyspark's: the Kafka
+source reads apexps's topics, spark-avro's `from_avro` decodes their records in the JVM
+(broker/spark/avro_decode.py).
 """
 
 from __future__ import annotations
@@ -20,23 +22,30 @@ __all__ = ["SPARK_POM", "connector_version", "kafka_connector_jars", "local_sess
 SPARK_POM = OPS_DIR / "spark" / "pom.xml"
 
 
-def connector_version() -> str:
-    match = re.search(r"spark-sql-kafka-0-10_2\.13</artifactId>\s*<version>([^<]+)<",
+#: The Spark artifacts the pom pins, each at pyspark's version.
+_ARTIFACTS = ("spark-sql-kafka-0-10_2.13", "spark-avro_2.13")
+
+
+def connector_version(artifact: str = "spark-sql-kafka-0-10_2.13") -> str:
+    match = re.search(re.escape(artifact) + r"</artifactId>\s*<version>([^<]+)<",
                       SPARK_POM.read_text())
     if match is None:  # pragma: no cover - the pom ships with the package
-        raise RuntimeError(f"no spark-sql-kafka version in {SPARK_POM}")
+        raise RuntimeError(f"no {artifact} version in {SPARK_POM}")
     return match.group(1)
 
 
 def kafka_connector_jars() -> list[Path]:
+    """The Kafka source's and spark-avro's jars (and what they need that pyspark lacks)."""
     import pyspark
 
-    wanted = connector_version()
-    if pyspark.__version__ != wanted:
-        raise RuntimeError(
-            f"pyspark {pyspark.__version__} is installed but the Kafka connector is {wanted}; "
-            f"reinstall with `pip install pyspark=={wanted}` (see pyproject.toml)"
-        )
+    for artifact in _ARTIFACTS:
+        pinned = connector_version(artifact)
+        if pyspark.__version__ != pinned:
+            raise RuntimeError(
+                f"pyspark {pyspark.__version__} is installed but {SPARK_POM} pins {artifact} "
+                f"{pinned}; reinstall with `pip install pyspark=={pinned}` (see pyproject.toml)"
+            )
+    wanted = pyspark.__version__
     # pyspark already ships Spark, Scala and Hadoop; add only what it lacks.
     shipped = {p.name for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
     return [j for j in resolve_jars(SPARK_POM, f"spark-kafka-{wanted}") if j.name not in shipped]
