@@ -119,7 +119,10 @@ def tokenize(text: str) -> list[_Token]:
             m = _NUMBER.match(text, i)
             assert m is not None  # the first character guarantees a match
             end = m.end()
-            if end < n and is_name_char(text[end]):
+            # No identifier starts with a digit, so a '-' straight after a number can only be
+            # subtraction (`0-A`); any other name character glued on (`12abc`, `1.5.3`) is a
+            # malformed literal.
+            if end < n and text[end] != "-" and is_name_char(text[end]):
                 bad = end
                 while bad < n and is_name_char(text[bad]):
                     bad += 1
