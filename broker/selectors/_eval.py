@@ -348,9 +348,16 @@ def _predicate(atom: Atom) -> _Getter:
     raise AssertionError(f"unknown predicate {pred!r}")
 
 
+#: What a missing identifier binds to inside a BETWEEN: a text that is not a number, so UNKNOWN
+#: (see `_ast`: the other bound comparison may still make the BETWEEN FALSE).
+_NOT_A_NUMBER = ("",)
+
+
 def _atom(atom: Atom, max_bindings: int) -> Evaluator:
     test, names = _predicate(atom), atom.fields
     missing: Truth3 = False if atom.two_valued else None
+    if isinstance(atom.predicate, Between):
+        return _between_atom(test, names, max_bindings)
     if not names:
         constant = test(())
         return lambda fields: missing if constant is None else constant
@@ -393,6 +400,29 @@ def _atom(atom: Atom, max_bindings: int) -> Evaluator:
         return result
 
     return product
+
+
+def _between_atom(test: _Getter, names: tuple[str, ...], max_bindings: int) -> Evaluator:
+    """The any-instance rule for BETWEEN, with a missing identifier bound to a non-number."""
+    if not names:
+        constant = test(())
+        return lambda fields: constant
+
+    def between(fields: Fields) -> Truth3:
+        lists = [fields.get(name) or _NOT_A_NUMBER for name in names]
+        if math.prod(len(vals) for vals in lists) > max_bindings:
+            return None
+        bindings: Any = lists[0] if len(names) == 1 else itertools.product(*lists)
+        result: Truth3 = False
+        for binding in bindings:
+            r = test(binding)
+            if r:
+                return True
+            if r is None:
+                result = None
+        return result
+
+    return between
 
 
 def compile_condition(cond: Cond, max_bindings: int = DEFAULT_MAX_BINDINGS) -> Evaluator:

@@ -218,10 +218,19 @@ def _atom(atom: Atom, fields: str, max_bindings: int) -> str:
         result = _predicate(atom, {})
         return f"coalesce({result}, FALSE)" if atom.two_valued else result
     arrays = [f"{fields}[{sql_string(name)}]" for name in names]
+    if isinstance(atom.predicate, Between):
+        # As `_eval._between_atom`: a missing identifier is one instance that is not a number.
+        arrays = [f"CASE WHEN coalesce(size({arr}), 0) <= 0 THEN array('') ELSE {arr} END"
+                  for arr in arrays]
     env = {name: f"x{i}" for i, name in enumerate(names)}
     result = _predicate(atom, env)
     for i in reversed(range(len(names))):
         result = f"exists({arrays[i]}, x{i} -> {result})"
+    if isinstance(atom.predicate, Between):
+        if len(names) == 1:
+            return result
+        count = " * ".join(f"CAST(size({arr}) AS BIGINT)" for arr in arrays)
+        return f"CASE WHEN {count} > {max_bindings} THEN {_NULL_BOOL} ELSE {result} END"
     if atom.two_valued:
         result = f"coalesce({result}, FALSE)"
     # `<= 0`: size(NULL) is NULL under ANSI but -1 with spark.sql.legacy.sizeOfNull.
