@@ -18,10 +18,14 @@ from common.errors import ReplyCode, SelectorError
 # --- unary minus on an identifier inside arithmetic -----------------------------------------
 
 
-@pytest.mark.parametrize("text", [
+#: Each TRUE with A = 42.0.
+MINUS_CASES = [
     "-A = 0 - A", "-A = 0-A", "-A=0-A", "0-A = -A", "1-A = -41", "2-1 = 1", "1e3-A = 958",
     "1.5-A = -40.5", "0 - -A = A", "0--A = A", "A*-1 = -A", "A*2-A = A",
-])
+]
+
+
+@pytest.mark.parametrize("text", MINUS_CASES)
 def test_unary_minus_on_identifier_in_arithmetic(text: str) -> None:
     """`-A = 0-A` with A = 42.0 is TRUE: after a numeric literal, '-' is subtraction."""
     assert selectors.compile("JMS", text).evaluate({"A": ["42.0"]}) is True
@@ -43,7 +47,8 @@ def test_identifier_keeps_its_hyphen() -> None:
 # --- NOT BETWEEN with a missing bound -------------------------------------------------------
 
 
-@pytest.mark.parametrize(("text", "fields", "expected"), [
+#: (selector, fields, the JMS 1.1 answer)
+BETWEEN_CASES: list[tuple[str, dict[str, list[str]], bool | None]] = [
     # NOT (lo <= x AND x <= hi) = NOT (UNKNOWN AND FALSE) = NOT FALSE = TRUE
     ("x NOT BETWEEN lo AND hi", {"x": ["10"], "hi": ["5"]}, True),
     ("x BETWEEN lo AND hi", {"x": ["10"], "hi": ["5"]}, False),
@@ -64,7 +69,10 @@ def test_identifier_keeps_its_hyphen() -> None:
     ("x NOT BETWEEN lo AND hi", {"x": ["3", "9"], "hi": ["5"]}, True),
     # a bound that is present but not a number is UNKNOWN, exactly like a missing one
     ("x NOT BETWEEN lo AND hi", {"x": ["10"], "lo": ["abc"], "hi": ["5"]}, True),
-])
+]
+
+
+@pytest.mark.parametrize(("text", "fields", "expected"), BETWEEN_CASES)
 def test_between_with_a_missing_bound_follows_three_valued_logic(
         text: str, fields: dict[str, list[str]], expected: bool | None) -> None:
     """BETWEEN is `lo <= x AND x <= hi` in 3VL: a FALSE side decides even if a bound is missing."""
@@ -92,10 +100,16 @@ SHAPES = {
         " = -1" if (n // 2) % 2 else " = 1"),
     "chain": lambda n: "a" + " + 0" * n + " = 1",
     "and-paren": lambda n: "a = 1 AND (" * n + "a = 1" + ")" * n,
+    "right-chain": lambda n: "a - (" * n + "a" + ")" * n + (" = 1" if n % 2 == 0 else " = 0"),
+    # OR over AND: one parenthesis and two levels per repetition, the outermost OR and AND
+    # inside the first parenthesis, so 2r + 1 levels for r repetitions
+    "or-and": lambda n: "(a = 2 OR a = 1 AND " * ((n - 1) // 2) + "a = 1" + ")" * ((n - 1) // 2),
 }
+#: Shapes with two levels per repetition: n is rounded up to even.
+EVEN = ("minus-paren", "not-paren", "or-and")
 
 
-def _expected(shape: str, n: int) -> bool:
+def expected_at(shape: str, n: int) -> bool:
     """What each shape evaluates to over a = 1 when it compiles."""
     if shape == "not":
         return n % 2 == 0
@@ -109,7 +123,7 @@ def test_fifty_nested_not_parse_and_evaluate() -> None:
     text = "NOT (" * 50 + "a = 1" + ")" * 50
     assert selectors.compile("JMS", text).evaluate({"a": ["1"]}) is True
     assert selectors.compile("JMS", text).evaluate({"a": ["2"]}) is False
-    assert DEFAULT_MAX_NESTING >= 256
+    assert DEFAULT_MAX_NESTING >= 100  # the 50 NOTs and their 50 parentheses
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
@@ -117,11 +131,11 @@ def test_nesting_at_the_bound_compiles_and_beyond_is_567(shape: str) -> None:
     """Every shape compiles at DEFAULT_MAX_NESTING and is a 567 one level beyond it."""
     build = SHAPES[shape]
     n = DEFAULT_MAX_NESTING
-    if shape in ("not-paren", "minus-paren"):
-        n -= n % 2  # two levels per repetition
-    assert selectors.compile("JMS", build(n)).evaluate({"a": ["1"]}) is _expected(shape, n)
+    if shape in EVEN:
+        n -= n % 2
+    assert selectors.compile("JMS", build(n)).evaluate({"a": ["1"]}) is expected_at(shape, n)
     with pytest.raises(SelectorError, match="nested deeper") as info:
-        selectors.compile("JMS", build(n + 2))
+        selectors.compile("JMS", build(n + (2 if shape in EVEN else 1)))
     assert info.value.code is ReplyCode.INCORRECT_SELECTOR
 
 
@@ -143,12 +157,12 @@ def test_ldap_nesting_at_the_bound_compiles_and_beyond_is_567() -> None:
 def test_jms_depth_parses_within_the_bound_and_raises_567_beyond(shape: str, n: int) -> None:
     """For any n in 1..2000: n <= bound compiles and evaluates, n > bound is 567, and never
     a RecursionError (the parser keeps an explicit stack; the tree it builds is bounded)."""
-    if shape in ("not-paren", "minus-paren"):
+    if shape in EVEN:
         n += n % 2
     text = SHAPES[shape](n)
     if n <= DEFAULT_MAX_NESTING:
         sel = selectors.compile("JMS", text)
-        assert sel.evaluate({"a": ["1"]}) is _expected(shape, n)
+        assert sel.evaluate({"a": ["1"]}) is expected_at(shape, n)
         assert sel.to_spark_sql()  # the Spark compiler walks the same tree
     else:
         with pytest.raises(SelectorError, match="nested deeper") as info:
