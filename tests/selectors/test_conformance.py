@@ -191,3 +191,29 @@ def test_cli_reports_too_deep_as_567(capsys: pytest.CaptureFixture[str]) -> None
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith(f"error 567: selector nested deeper than {DEFAULT_MAX_NESTING}")
     assert " at position " in err[0]
+
+
+def _sql_nesting(sql: str) -> int:
+    """The deepest parenthesis nesting of Spark SQL text, outside string literals."""
+    depth = deepest = 0
+    quoted = escaped = False
+    for ch in sql:
+        if quoted:
+            quoted = escaped or ch != "'"
+            escaped = not escaped and ch == "\\"
+        elif ch == "'":
+            quoted = True
+        elif ch == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch == ")":
+            depth -= 1
+    return deepest
+
+
+@pytest.mark.parametrize("shape", ["and-paren", "chain", "not", "not-paren", "minus"])
+def test_spark_sql_of_flattenable_shapes_stays_shallow(shape: str) -> None:
+    """Nested ANDs, left-deep arithmetic, NOT NOT and - - reach Spark's JVM-stack-bound SQL
+    parser as a dozen parentheses or so, not one per level (an atom alone is 3)."""
+    n = DEFAULT_MAX_NESTING - DEFAULT_MAX_NESTING % 2
+    assert _sql_nesting(selectors.compile("JMS", SHAPES[shape](n)).to_spark_sql()) <= 24
