@@ -82,10 +82,12 @@ def test_between_with_a_missing_bound_follows_three_valued_logic(
 def test_index_finds_not_between_without_its_bound() -> None:
     """The subscription index does not file `x NOT BETWEEN lo AND hi` under `lo`."""
     index: selectors.SubscriptionIndex[str] = selectors.SubscriptionIndex()
-    index.add("s", selectors.compile("JMS", "5 NOT BETWEEN lo AND hi AND sym = 'X'"))
+    index.add("s", selectors.compile("JMS", "5 NOT BETWEEN lo AND hi"))
     index.add("t", selectors.compile("JMS", "x NOT BETWEEN lo AND hi"))
-    assert index.match({"sym": ["X"], "hi": ["1"]}) == {"s"}
-    assert index.match({"x": ["9"], "hi": ["1"]}) == {"t"}
+    index.add("u", selectors.compile("JMS", "5 NOT BETWEEN lo AND hi AND sym = 'X'"))
+    assert index.match({"hi": ["1"]}) == {"s"}
+    assert index.match({"x": ["9"], "hi": ["1"]}) == {"s", "t"}
+    assert index.match({"sym": ["X"], "lo": ["7"]}) == {"s", "u"}
 
 
 # --- deep nesting ---------------------------------------------------------------------------
