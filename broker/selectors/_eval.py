@@ -408,13 +408,27 @@ def _between_atom(test: _Getter, names: tuple[str, ...], max_bindings: int) -> E
         constant = test(())
         return lambda fields: constant
 
-    def between(fields: Fields) -> Truth3:
+    if len(names) == 1:
+        (name,) = names
+
+        def single(fields: Fields) -> Truth3:
+            result: Truth3 = False
+            for v in fields.get(name) or _NOT_A_NUMBER:
+                r = test(v)
+                if r:
+                    return True
+                if r is None:
+                    result = None
+            return result
+
+        return single
+
+    def product(fields: Fields) -> Truth3:
         lists = [fields.get(name) or _NOT_A_NUMBER for name in names]
         if math.prod(len(vals) for vals in lists) > max_bindings:
             return None
-        bindings: Any = lists[0] if len(names) == 1 else itertools.product(*lists)
         result: Truth3 = False
-        for binding in bindings:
+        for binding in itertools.product(*lists):
             r = test(binding)
             if r:
                 return True
@@ -422,7 +436,7 @@ def _between_atom(test: _Getter, names: tuple[str, ...], max_bindings: int) -> E
                 result = None
         return result
 
-    return between
+    return product
 
 
 def compile_condition(cond: Cond, max_bindings: int = DEFAULT_MAX_BINDINGS) -> Evaluator:

@@ -69,6 +69,10 @@ BETWEEN_CASES: list[tuple[str, dict[str, list[str]], bool | None]] = [
     ("x NOT BETWEEN lo AND hi", {"x": ["3", "9"], "hi": ["5"]}, True),
     # a bound that is present but not a number is UNKNOWN, exactly like a missing one
     ("x NOT BETWEEN lo AND hi", {"x": ["10"], "lo": ["abc"], "hi": ["5"]}, True),
+    # one identifier: linear in its instances, never cut off by DEFAULT_MAX_BINDINGS
+    ("x NOT BETWEEN 1 AND 5", {"x": ["3"] * 15_000 + ["9"]}, True),
+    # several: more bindings than DEFAULT_MAX_BINDINGS is UNKNOWN, as for any atom
+    ("x NOT BETWEEN lo AND 5", {"x": ["3"] * 200 + ["9"], "lo": ["1"] * 100}, None),
 ]
 
 
