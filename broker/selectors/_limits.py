@@ -25,7 +25,10 @@ DEFAULT_MAX_SELECTOR_LENGTH = 64 * 1024
 #: (&(|…)) filters, however shallow `_spark.py` writes them; every shape tried parses at 192.
 #: 128 keeps a 1.5x margin there and is still far above what conformance suites exercise (JMS
 #: corpora nest NOT ( … ) 50 deep, 100 levels here) or anyone writes by hand. (A driver started
-#: with -Xss16m parses 256; raise this only together with that.)
+#: with -Xss16m parses 256; raise this only together with that.) Not yet solved: a random mix
+#: of NOT / AND / OR wrappers 60-128 deep, each level adding a predicate, takes Spark's parser
+#: seconds (23 s for one 20 KB expression) and one such selector exhausted a 2 GB driver; the
+#: cure is to build the boolean skeleton with the Column API and parse only atoms as SQL.
 DEFAULT_MAX_NESTING = 128
 
 #: Most instance bindings one atomic predicate evaluates. A predicate reading several repeated
