@@ -18,6 +18,14 @@ predicate per binding, and combines: TRUE if any binding is TRUE, else UNKNOWN i
 UNKNOWN, else FALSE. A missing identifier makes the atom UNKNOWN ("JMS") or FALSE ("RFC-2254",
 `two_valued`). `IsNull` is the one predicate that looks at the instance list itself.
 
+`Between` is the exception to "missing means UNKNOWN": it is two comparisons joined by AND
+(`lo <= x AND x <= hi`), and in three-valued logic a FALSE side decides even when the other side
+reads a missing identifier (JMS 1.1: `x NOT BETWEEN lo AND hi` with no `lo` and x above `hi` is
+NOT (UNKNOWN AND FALSE), TRUE). So a missing identifier in a BETWEEN binds to one instance with
+the empty text: BETWEEN reads every identifier as a number, the empty text is not one, and a
+non-number is UNKNOWN, exactly what a missing value is. `required_fields` says which identifiers
+an atom cannot be TRUE without (the subscription index files by it).
+
 Everything here is a frozen dataclass: compiled selectors are shared between subscriptions and
 threads, and hashing them lets the subscription index deduplicate identical predicates.
 """
@@ -53,6 +61,7 @@ __all__ = [
     "Truth",
     "Value",
     "fields_of",
+    "required_fields",
 ]
 
 
@@ -295,3 +304,21 @@ def fields_of(cond: Cond) -> frozenset[str]:
     if isinstance(cond, And | Or):
         return frozenset().union(*(fields_of(c) for c in cond.operands))
     return frozenset()
+
+
+def required_fields(atom: Atom) -> tuple[str, ...]:
+    """The identifiers without an instance of which `atom` cannot be TRUE, in first-use order.
+
+    All of them, except for `NOT BETWEEN`: it is TRUE when either bound comparison is FALSE, so
+    it needs the value's identifiers and only those the two bounds both read.
+    """
+    pred = atom.predicate
+    if not (isinstance(pred, Between) and pred.negated):
+        return atom.fields
+    value: dict[str, None] = {}
+    low: dict[str, None] = {}
+    high: dict[str, None] = {}
+    _value_fields(pred.value, value)
+    _value_fields(pred.low, low)
+    _value_fields(pred.high, high)
+    return tuple(n for n in atom.fields if n in value or (n in low and n in high))

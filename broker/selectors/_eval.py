@@ -348,9 +348,16 @@ def _predicate(atom: Atom) -> _Getter:
     raise AssertionError(f"unknown predicate {pred!r}")
 
 
+#: What a missing identifier binds to inside a BETWEEN: a text that is not a number, so UNKNOWN
+#: (see `_ast`: the other bound comparison may still make the BETWEEN FALSE).
+_NOT_A_NUMBER = ("",)
+
+
 def _atom(atom: Atom, max_bindings: int) -> Evaluator:
     test, names = _predicate(atom), atom.fields
     missing: Truth3 = False if atom.two_valued else None
+    if isinstance(atom.predicate, Between):
+        return _between_atom(test, names, max_bindings)
     if not names:
         constant = test(())
         return lambda fields: missing if constant is None else constant
@@ -390,6 +397,43 @@ def _atom(atom: Atom, max_bindings: int) -> Evaluator:
                 return True
             if r is None:
                 result = missing
+        return result
+
+    return product
+
+
+def _between_atom(test: _Getter, names: tuple[str, ...], max_bindings: int) -> Evaluator:
+    """The any-instance rule for BETWEEN, with a missing identifier bound to a non-number."""
+    if not names:
+        constant = test(())
+        return lambda fields: constant
+
+    if len(names) == 1:
+        (name,) = names
+
+        def single(fields: Fields) -> Truth3:
+            result: Truth3 = False
+            for v in fields.get(name) or _NOT_A_NUMBER:
+                r = test(v)
+                if r:
+                    return True
+                if r is None:
+                    result = None
+            return result
+
+        return single
+
+    def product(fields: Fields) -> Truth3:
+        lists = [fields.get(name) or _NOT_A_NUMBER for name in names]
+        if math.prod(len(vals) for vals in lists) > max_bindings:
+            return None
+        result: Truth3 = False
+        for binding in itertools.product(*lists):
+            r = test(binding)
+            if r:
+                return True
+            if r is None:
+                result = None
         return result
 
     return product

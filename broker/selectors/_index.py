@@ -11,7 +11,8 @@ subscription under, so that one message's fields look up their candidates by has
    (identifier, key) pair; a message finds it only through an instance of `x` equal to a key.
 2. *Presence* conjuncts: any other atom (or `IS NOT NULL`). An atom over a missing identifier is
    UNKNOWN or FALSE, never TRUE, so the subscription is filed under that identifier and only
-   considered for messages that carry it.
+   considered for messages that carry it. (Not any identifier: `x NOT BETWEEN lo AND hi` is
+   TRUE without `lo` when x > hi, so it is filed by `required_fields`, here `x`.)
 3. Everything else (a top-level OR, NOT, IS NULL, the empty selector) is evaluated for every
    message: the fallback list.
 
@@ -66,6 +67,7 @@ from ._ast import (
     Mode,
     NumLit,
     StrLit,
+    required_fields,
 )
 from ._eval import compile_condition, to_number
 
@@ -336,8 +338,8 @@ def _plan(selector: Selector) -> _Plan:
             others[0] if len(others) == 1 else And(tuple(others)))
         return keys, None, threshold, tuple(checks), residual
     for c in conjuncts:
-        if isinstance(c, Atom) and c.fields:
-            return None, c.fields[0], None, (), selector.evaluate
+        if isinstance(c, Atom) and (required := required_fields(c)):
+            return None, required[0], None, (), selector.evaluate
         if isinstance(c, IsNull) and c.negated:
             return None, c.name, None, (), selector.evaluate
     if isinstance(cond, Const) and cond.value is True:

@@ -13,17 +13,29 @@ kinds and either picks the comparison `Mode` the evaluators follow or raises `Se
 with the operator's position. So everything selectors.md calls a compile error is one here, and
 the evaluators never meet a combination they have to guess about.
 
-Depth is counted on every recursion (parentheses, NOT, signs) and every left-deep arithmetic
-chain, so a hostile selector is refused at `DEFAULT_MAX_NESTING` instead of overflowing the
-stack here or in the evaluators.
+Nesting is bounded twice over, so that no selector text, however deep, reaches Python's
+recursion limit (a `RecursionError` would be a crash, not a 567):
+
+- The rules do not call each other on the Python stack. Each is a generator that *yields* the
+  sub-rule it needs and is sent back its result; `descend` runs them off an explicit list. So the
+  parser's own stack use is constant, whatever the depth.
+- The tree it builds is what the evaluators and the Spark compiler recurse over, once per level,
+  so its depth is bounded by `DEFAULT_MAX_NESTING` (567 beyond, at the offending token). One
+  counter, `depth`, holds the constructs open around the current token (parentheses, NOT, unary
+  signs); every node built records its own tree depth (AND, OR, NOT, a sign or an arithmetic
+  operator is one level, an atomic predicate and a leaf none) and the two together must stay
+  within the bound. So `n` nested parentheses, `n` NOTs, `n` signs or an `n`-long arithmetic
+  chain each compile for n <= the bound and are refused beyond it, and any mixture of them
+  builds a tree no deeper than the bound.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any, TypeVar
 
 from common.errors import SelectorError
 
@@ -56,7 +68,7 @@ from ._ast import (
 )
 from ._limits import DEFAULT_MAX_NESTING
 
-__all__ = ["KEYWORDS", "parse_jms"]
+__all__ = ["KEYWORDS", "descend", "parse_jms"]
 
 #: Reserved words, matched case-insensitively; none of them can be an identifier.
 KEYWORDS = frozenset(
@@ -75,6 +87,31 @@ def is_name_start(ch: str) -> bool:
 def is_name_char(ch: str) -> bool:
     # NCName: letters, digits, '-', '_', '.', plus the combining marks and U+00B7 XML allows.
     return ch.isalnum() or ch in "-_.\u00b7" or (ch >= "\u0300" and ch <= "\u036f")
+
+
+_T = TypeVar("_T")
+
+
+def descend(rule: Generator[Any, _T, _T]) -> _T:
+    """Run a recursive-descent `rule` on an explicit stack instead of Python's.
+
+    A rule is a generator: where a plain parser would call a sub-rule, it yields the sub-rule's
+    generator and is sent back what that returned. The stack here grows with the nesting of the
+    text, Python's does not, so only the parsers' depth bound decides what is too deep.
+    """
+    stack = [rule]
+    result: Any = None
+    while True:
+        try:
+            sub = stack[-1].send(result)
+        except StopIteration as done:
+            stack.pop()
+            if not stack:
+                return done.value  # type: ignore[no-any-return]
+            result = done.value
+            continue
+        stack.append(sub)
+        result = None
 
 
 class _Tok(Enum):
@@ -119,7 +156,10 @@ def tokenize(text: str) -> list[_Token]:
             m = _NUMBER.match(text, i)
             assert m is not None  # the first character guarantees a match
             end = m.end()
-            if end < n and is_name_char(text[end]):
+            # No identifier starts with a digit, so a '-' straight after a number can only be
+            # subtraction (`0-A`); any other name character glued on (`12abc`, `1.5.3`) is a
+            # malformed literal.
+            if end < n and text[end] != "-" and is_name_char(text[end]):
                 bad = end
                 while bad < n and is_name_char(text[bad]):
                     bad += 1
@@ -162,7 +202,12 @@ class _Expr:
     kind: _Kind
     node: Value | Cond
     pos: int
-    depth: int = 1
+    #: The depth of `node`'s tree (see the module docstring; a leaf or an atom is 0).
+    depth: int = 0
+
+
+#: A JMS grammar rule as `descend` runs it: it yields sub-rules and returns an expression.
+_Rule = Generator["_Rule", _Expr, _Expr]
 
 
 _FIELD_KIND = {
@@ -208,16 +253,25 @@ class _Parser:
         return SelectorError(f"{wanted}, found {found}", tok.pos)
 
     def enter(self, pos: int) -> None:
+        """Open one construct (a parenthesis, NOT or a sign) around what is parsed next."""
         self.depth += 1
-        if self.depth > DEFAULT_MAX_NESTING:
+        self.check_depth(0, pos)
+
+    def check_depth(self, depth: int, pos: int) -> None:
+        if self.depth + depth > DEFAULT_MAX_NESTING:
             raise SelectorError(f"selector nested deeper than {DEFAULT_MAX_NESTING} levels", pos)
+
+    def node(self, kind: _Kind, node: Value | Cond, pos: int, depth: int) -> _Expr:
+        """A new expression whose tree is `depth` deep, refused if that goes past the bound."""
+        self.check_depth(depth, pos)
+        return _Expr(kind, node, pos, depth)
 
     # --- conditions -------------------------------------------------------------------------
 
     def parse(self) -> Cond:
         if self.tok.kind is _Tok.END:
             return Const(True)  # an empty selector matches every message
-        expr = self.parse_or()
+        expr = descend(self.parse_or())
         tok = self.tok
         if tok.kind is not _Tok.END:
             if self.at_op(")"):
@@ -225,34 +279,38 @@ class _Parser:
             raise self.unexpected("expected an operator or the end of the selector")
         return self.as_cond(expr)
 
-    def parse_or(self) -> _Expr:
-        first = self.parse_and()
+    def parse_or(self) -> _Rule:
+        first = yield self.parse_and()
         if not self.at_keyword("OR"):
             return first
-        parts = [self.as_cond(first)]
+        parts, depth = [self.as_cond(first)], first.depth
         while self.at_keyword("OR"):
             self.take()
-            parts.append(self.as_cond(self.parse_and()))
-        return _Expr(_Kind.COND, Or(tuple(parts)), first.pos)
+            nxt = yield self.parse_and()
+            parts.append(self.as_cond(nxt))
+            depth = max(depth, nxt.depth)
+        return self.node(_Kind.COND, Or(tuple(parts)), first.pos, depth + 1)
 
-    def parse_and(self) -> _Expr:
-        first = self.parse_not()
+    def parse_and(self) -> _Rule:
+        first = yield self.parse_not()
         if not self.at_keyword("AND"):
             return first
-        parts = [self.as_cond(first)]
+        parts, depth = [self.as_cond(first)], first.depth
         while self.at_keyword("AND"):
             self.take()
-            parts.append(self.as_cond(self.parse_not()))
-        return _Expr(_Kind.COND, And(tuple(parts)), first.pos)
+            nxt = yield self.parse_not()
+            parts.append(self.as_cond(nxt))
+            depth = max(depth, nxt.depth)
+        return self.node(_Kind.COND, And(tuple(parts)), first.pos, depth + 1)
 
-    def parse_not(self) -> _Expr:
+    def parse_not(self) -> _Rule:
         if self.at_keyword("NOT"):
             pos = self.take().pos
             self.enter(pos)
-            operand = self.as_cond(self.parse_not())
+            operand = yield self.parse_not()
             self.depth -= 1
-            return _Expr(_Kind.COND, Not(operand), pos)
-        return self.parse_predicate()
+            return self.node(_Kind.COND, Not(self.as_cond(operand)), pos, operand.depth + 1)
+        return (yield self.parse_predicate())
 
     def as_cond(self, expr: _Expr) -> Cond:
         node = expr.node
@@ -265,12 +323,12 @@ class _Parser:
             return Atom(Truth(node), (node.name,))
         raise SelectorError(f"expected a condition, found {expr.kind.value}", expr.pos)
 
-    def parse_predicate(self) -> _Expr:
-        left = self.parse_additive()
+    def parse_predicate(self) -> _Rule:
+        left = yield self.parse_additive()
         tok = self.tok
         if tok.kind is _Tok.OP and tok.text in _COMPARISONS:
             self.take()
-            right = self.parse_additive()
+            right = yield self.parse_additive()
             result = self.compare(_COMPARISONS[tok.text], left, right, tok.pos)
             if self.tok.kind is _Tok.OP and self.tok.text in _COMPARISONS:
                 raise SelectorError("comparisons do not chain; use AND", self.tok.pos)
@@ -283,7 +341,7 @@ class _Parser:
             self.take()
             negated = True
         if self.at_keyword("BETWEEN"):
-            return self.between(left, negated)
+            return (yield self.between(left, negated))
         if self.at_keyword("IN"):
             return self.in_list(left, negated)
         if self.at_keyword("LIKE"):
@@ -309,15 +367,16 @@ class _Parser:
                 f"{expr.node.type.value} in the selector schema", pos)
         return expr.node
 
-    def between(self, left: _Expr, negated: bool) -> _Expr:
+    def between(self, left: _Expr, negated: bool) -> _Rule:
         pos = self.take().pos
-        low = self.parse_additive()
+        low = yield self.parse_additive()
         self.expect_keyword("AND")
-        high = self.parse_additive()
+        high = yield self.parse_additive()
         for part in (left, low, high):
             self.numeric_operand(part, "BETWEEN")
         pred = Between(self.value(left), self.value(low), self.value(high), negated)
-        return _Expr(_Kind.COND, Atom(pred, predicate_fields(pred)), pos)
+        depth = max(left.depth, low.depth, high.depth)
+        return self.node(_Kind.COND, Atom(pred, predicate_fields(pred)), pos, depth)
 
     def in_list(self, left: _Expr, negated: bool) -> _Expr:
         pos = self.take().pos
@@ -386,7 +445,8 @@ class _Parser:
             what = "strings" if mode is Mode.STRING else "booleans"
             raise SelectorError(f"{what} compare only with = and <>, not {op.value}", pos)
         pred = Compare(op, lnode, rnode, mode)
-        return _Expr(_Kind.COND, Atom(pred, predicate_fields(pred)), pos)
+        depth = max(left.depth, right.depth)
+        return self.node(_Kind.COND, Atom(pred, predicate_fields(pred)), pos, depth)
 
     def value(self, expr: _Expr) -> Value:
         node = expr.node
@@ -399,19 +459,19 @@ class _Parser:
 
     # --- values -----------------------------------------------------------------------------
 
-    def parse_additive(self) -> _Expr:
-        left = self.parse_multiplicative()
+    def parse_additive(self) -> _Rule:
+        left = yield self.parse_multiplicative()
         while self.at_op("+", "-"):
             tok = self.take()
-            right = self.parse_multiplicative()
+            right = yield self.parse_multiplicative()
             left = self.arith(ArithOp(tok.text), left, right, tok.pos)
         return left
 
-    def parse_multiplicative(self) -> _Expr:
-        left = self.parse_unary()
+    def parse_multiplicative(self) -> _Rule:
+        left = yield self.parse_unary()
         while self.at_op("*", "/"):
             tok = self.take()
-            right = self.parse_unary()
+            right = yield self.parse_unary()
             left = self.arith(ArithOp(tok.text), left, right, tok.pos)
         return left
 
@@ -419,30 +479,34 @@ class _Parser:
         self.numeric_operand(left, f"'{op.value}'")
         self.numeric_operand(right, f"'{op.value}'")
         depth = max(left.depth, right.depth) + 1
-        if depth > DEFAULT_MAX_NESTING:
-            raise SelectorError(f"arithmetic nested deeper than {DEFAULT_MAX_NESTING}", pos)
+        self.check_depth(depth, pos)  # refused at the operator; the expression starts at left
         node = Arith(op, self.value(left), self.value(right))
         return _Expr(_Kind.NUMBER, node, left.pos, depth)
 
-    def parse_unary(self) -> _Expr:
+    def parse_unary(self) -> _Rule:
         if self.at_op("+", "-"):
             tok = self.take()
             self.enter(tok.pos)
-            operand = self.parse_unary()
+            operand = yield self.parse_unary()
             self.depth -= 1
             self.numeric_operand(operand, f"unary '{tok.text}'")
             node = self.value(operand)
+            result: Value
+            depth = operand.depth
             if tok.text == "+":
                 # `+x` reads x in numeric context, so it is not the bare (untyped) identifier.
-                result = Neg(Neg(node)) if isinstance(node, Field) else node
+                if isinstance(node, Field):
+                    result, depth = Neg(Neg(node)), depth + 2
+                else:
+                    result = node
             elif isinstance(node, NumLit):
                 result = NumLit(-node.value)  # so `-957` is a literal, as in JMS
             else:
-                result = Neg(node)
-            return _Expr(_Kind.NUMBER, result, tok.pos, operand.depth + 1)
-        return self.parse_primary()
+                result, depth = Neg(node), depth + 1
+            return self.node(_Kind.NUMBER, result, tok.pos, depth)
+        return (yield self.parse_primary())
 
-    def parse_primary(self) -> _Expr:
+    def parse_primary(self) -> _Rule:
         tok = self.tok
         if tok.kind is _Tok.NUMBER:
             self.take()
@@ -464,7 +528,7 @@ class _Parser:
         if self.at_op("("):
             self.take()
             self.enter(tok.pos)
-            inner = self.parse_or()
+            inner = yield self.parse_or()
             self.depth -= 1
             if not self.at_op(")"):
                 if self.tok.kind is _Tok.END:

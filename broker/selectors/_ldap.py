@@ -17,13 +17,18 @@ unquoted value and every attribute name are trimmed.
 A value is decoded after the quotes are stripped: `*` splits substrings (escape it as `\\2a`),
 and `\\XX` escapes denote bytes, so `Lu\\c4\\8di\\c4\\87` is UTF-8 for `Lučić`.
 
+`filter` and `filtercomp` call each other once per level of nesting; like the JMS rules they do
+it through `descend`'s explicit stack, not Python's, and the depth (every parenthesised filter is
+a level) is refused beyond `DEFAULT_MAX_NESTING` with a 567, which bounds the tree the
+evaluators then recurse over.
+
 Every item becomes a *two-valued* atom (selectors.md: a missing attribute makes every item but
 presence FALSE, and `(!…)` of FALSE is TRUE), so this class never yields UNKNOWN.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 
 from common.errors import SelectorError
 
@@ -47,7 +52,7 @@ from ._ast import (
     StrLit,
 )
 from ._eval import read_bool, to_number
-from ._jms import is_name_char
+from ._jms import descend, is_name_char
 from ._limits import DEFAULT_MAX_NESTING
 
 __all__ = ["parse_ldap"]
@@ -56,6 +61,9 @@ _OPERATORS = ("~=", ">=", "<=", "=", ">", "<")
 _ORDERING = {">=": CmpOp.GE, "<=": CmpOp.LE, ">": CmpOp.GT, "<": CmpOp.LT}
 _HEX = frozenset("0123456789abcdefABCDEF")
 _SPACE = " \t\r\n"
+
+#: A filter rule as `descend` runs it: it yields sub-rules and returns a condition.
+_Rule = Generator["_Rule", Cond, Cond]
 
 
 class _Parser:
@@ -77,7 +85,7 @@ class _Parser:
         if self.pos == len(self.text):
             return Const(True)  # like an absent selector: every message
         # Without a leading '(' the outer parentheses were left out (a project extension).
-        cond = self.filter() if self.peek() == "(" else self.filtercomp(top=True)
+        cond = descend(self.filter() if self.peek() == "(" else self.filtercomp(top=True))
         self.skip_space()
         if self.pos < len(self.text):
             if self.peek() == ")":
@@ -85,7 +93,7 @@ class _Parser:
             raise SelectorError("unexpected text after the filter", self.pos)
         return cond
 
-    def filter(self) -> Cond:
+    def filter(self) -> _Rule:
         self.skip_space()
         start = self.pos
         if self.peek() != "(":
@@ -95,7 +103,7 @@ class _Parser:
         self.depth += 1
         if self.depth > DEFAULT_MAX_NESTING:
             raise SelectorError(f"filter nested deeper than {DEFAULT_MAX_NESTING} levels", start)
-        cond = self.filtercomp(top=False)
+        cond = yield self.filtercomp(top=False)
         self.skip_space()
         if self.peek() != ")":
             if not self.peek():
@@ -105,7 +113,7 @@ class _Parser:
         self.depth -= 1
         return cond
 
-    def filtercomp(self, top: bool) -> Cond:
+    def filtercomp(self, top: bool) -> _Rule:
         self.skip_space()
         ch, start = self.peek(), self.pos
         if ch in ("&", "|"):
@@ -113,14 +121,14 @@ class _Parser:
             parts: list[Cond] = []
             self.skip_space()
             while self.peek() == "(":
-                parts.append(self.filter())
+                parts.append((yield self.filter()))
                 self.skip_space()
             if not parts:
                 raise SelectorError(f"empty ({ch}): it needs at least one filter", start)
             return And(tuple(parts)) if ch == "&" else Or(tuple(parts))
         if ch == "!":
             self.pos += 1
-            return Not(self.filter())
+            return Not((yield self.filter()))
         return self.item(top)
 
     def item(self, top: bool) -> Cond:

@@ -19,8 +19,17 @@ under 1 ms here), and the text is what one wants to read when a replay disagrees
   than `DEFAULT_MAX_BINDINGS`.
 - A number is `try_cast(x AS DOUBLE)` only where `x RLIKE NUMBER_PATTERN` (anchored), so
   '1_000', 'NaN', 'Infinity' or ' 5' never count, whatever Spark's cast would accept.
-  Division is `try_divide` (ANSI mode would raise on zero), and a NaN result becomes
+  Division is `a / nullif(b, 0)` (ANSI mode would raise on zero), and a NaN result becomes
   NULL through `nanvl` (Spark says NaN = NaN and orders NaN above everything; Python says neither).
+  One `nanvl` around a whole arithmetic expression is enough: Python makes UNKNOWN of the first
+  NaN, and no IEEE operation turns a NaN back into a number, so Spark's NaN reaches the top.
+- Spark's SQL parser recurses on the JVM stack once per parenthesis or function call, and a
+  cold (not yet JIT-compiled) parser overflows somewhere under 256 nested parentheses. So the
+  text is kept shallow where the meaning allows: nested ANDs (ORs) are one balanced tree,
+  `NOT NOT x` is `x` and `- - x` is `x` (both exact, in three-valued logic and in IEEE doubles),
+  and a left-deep arithmetic chain is written without parentheses (`a + b - c`, which Spark
+  parses left-associatively in a loop). A selector at `DEFAULT_MAX_NESTING` in any of the shapes
+  tests/selectors/test_differential.py tries parses on a fresh session.
 - LIKE and LDAP substrings become a Java regex with atomic groups:
   `(?s)\\A seg0 (?>.*?seg1) … .* segN \\z`. Each middle segment is taken at its leftmost
   occurrence and never revisited, the same greedy algorithm as `compile_like`, so a pattern like
@@ -59,6 +68,7 @@ from ._ast import (
     Neg,
     Not,
     NumLit,
+    Or,
     StrLit,
     Truth,
     Value,
@@ -121,6 +131,20 @@ def _number(text: str) -> str:
 
 
 def _numeric(value: Value, env: _Env) -> str:
+    """`value` as a DOUBLE, NULL for UNKNOWN (a NaN anywhere inside included)."""
+    text = _arith(value, env)
+    return f"nanvl({text}, CAST(NULL AS DOUBLE))" if isinstance(value, Arith | Neg) else text
+
+
+def _strip_negations(value: Value) -> Value:
+    while isinstance(value, Neg) and isinstance(value.operand, Neg):
+        value = value.operand.operand
+    return value
+
+
+def _arith(value: Value, env: _Env) -> str:
+    """`value` as a DOUBLE that may be NaN; a sum, difference, product or quotient unbracketed."""
+    value = _strip_negations(value)
     if isinstance(value, NumLit):
         literal = repr(value.value) if math.isfinite(value.value) else (
             "Infinity" if value.value > 0 else "-Infinity")
@@ -128,15 +152,25 @@ def _numeric(value: Value, env: _Env) -> str:
     if isinstance(value, Field):
         return _number(env[value.name])
     if isinstance(value, Neg):
-        return f"(- {_numeric(value.operand, env)})"
+        return f"(- {_operand(value.operand, env)})"
     if isinstance(value, Arith):
-        a, b = _numeric(value.left, env), _numeric(value.right, env)
-        if value.op is ArithOp.DIV:
-            r = f"try_divide({a}, {b})"
+        additive = value.op in (ArithOp.ADD, ArithOp.SUB)
+        left = _strip_negations(value.left)
+        # Same or tighter precedence on the left needs no parentheses (both are left-assoc).
+        if isinstance(left, Arith) and (additive or left.op in (ArithOp.MUL, ArithOp.DIV)):
+            a = _arith(left, env)
         else:
-            r = f"({a} {_ARITH_OPS[value.op]} {b})"
-        return f"nanvl({r}, CAST(NULL AS DOUBLE))"
+            a = _operand(left, env)
+        b = _operand(value.right, env)
+        if value.op is ArithOp.DIV:
+            return f"{a} / nullif({b}, 0)"
+        return f"{a} {_ARITH_OPS[value.op]} {b}"
     raise AssertionError(f"not numeric: {value!r}")
+
+
+def _operand(value: Value, env: _Env) -> str:
+    text = _arith(value, env)
+    return f"({text})" if isinstance(_strip_negations(value), Arith) else text
 
 
 def _textual(value: Value, env: _Env) -> str:
@@ -218,10 +252,19 @@ def _atom(atom: Atom, fields: str, max_bindings: int) -> str:
         result = _predicate(atom, {})
         return f"coalesce({result}, FALSE)" if atom.two_valued else result
     arrays = [f"{fields}[{sql_string(name)}]" for name in names]
+    if isinstance(atom.predicate, Between):
+        # As `_eval._between_atom`: a missing identifier is one instance that is not a number.
+        arrays = [f"CASE WHEN coalesce(size({arr}), 0) <= 0 THEN array('') ELSE {arr} END"
+                  for arr in arrays]
     env = {name: f"x{i}" for i, name in enumerate(names)}
     result = _predicate(atom, env)
     for i in reversed(range(len(names))):
         result = f"exists({arrays[i]}, x{i} -> {result})"
+    if isinstance(atom.predicate, Between):
+        if len(names) == 1:
+            return result
+        count = " * ".join(f"CAST(size({arr}) AS BIGINT)" for arr in arrays)
+        return f"CASE WHEN {count} > {max_bindings} THEN {_NULL_BOOL} ELSE {result} END"
     if atom.two_valued:
         result = f"coalesce({result}, FALSE)"
     # `<= 0`: size(NULL) is NULL under ANSI but -1 with spark.sql.legacy.sizeOfNull.
@@ -248,15 +291,35 @@ def condition_sql(
     if isinstance(cond, Const):
         return _NULL_BOOL if cond.value is None else ("TRUE" if cond.value else "FALSE")
     if isinstance(cond, Not):
-        return f"(NOT {condition_sql(cond.operand, fields, max_bindings)})"
+        inner = cond.operand
+        while isinstance(inner, Not) and isinstance(inner.operand, Not):
+            inner = inner.operand.operand  # NOT NOT x is x, UNKNOWN included
+        if isinstance(inner, Not):
+            return condition_sql(inner.operand, fields, max_bindings)
+        return f"(NOT {condition_sql(inner, fields, max_bindings)})"
     joiner = " AND " if isinstance(cond, And) else " OR "
-    parts = [condition_sql(c, fields, max_bindings) for c in cond.operands]
+    parts = [condition_sql(c, fields, max_bindings) for c in _flatten(cond)]
     # Combine as a balanced tree: a chain of thousands of ORs would be parsed and analysed
     # as a tree thousands of levels deep, enough to overflow the JVM stack.
     while len(parts) > 1:
         paired = [f"({parts[i]}{joiner}{parts[i + 1]})" for i in range(0, len(parts) - 1, 2)]
         parts = paired + parts[-1:] if len(parts) % 2 else paired
     return parts[0]
+
+
+def _flatten(cond: And | Or) -> list[Cond]:
+    """The operands of `cond` with nested conditions of its own kind spliced in, in order."""
+    kind = type(cond)
+    out: list[Cond] = []
+    stack: list[Cond] = [cond]
+    while stack:
+        c = stack.pop()
+        if type(c) is kind:
+            assert isinstance(c, And | Or)
+            stack.extend(reversed(c.operands))
+        else:
+            out.append(c)
+    return out
 
 
 def condition_column(

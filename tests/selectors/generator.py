@@ -47,7 +47,10 @@ class JmsGen:
         if r < 0.65:
             return f"({self.num(depth - 1)})"
         op = self.rng.choice("+-*/")
-        return f"{self.num(depth - 1)} {op} {self.num(depth - 1)}"
+        left, right = self.num(depth - 1), self.num(depth - 1)
+        if op == "-" and left[-1] in "0123456789." and self.rng.random() < 0.5:
+            return f"{left}-{right}"  # `0-A`: glued to a number, '-' is still subtraction
+        return f"{left} {op} {right}"
 
     def string(self) -> str:
         return "'" + self.rng.choice(_STRS) + "'"
