@@ -88,20 +88,24 @@ def test_dropped_connection_is_refilled_exactly_once_in_order(kafka_config: Kafk
             robust = await RobustSubscriber.open(jade, "jade-drop")
             await robust.subscribe("q.drop", 600)
             messages = robust.messages()
-            publishing = asyncio.create_task(_publish(pub, "q.drop", 0, 150))
+            # The cut comes after the 20th message has reached jade's application, and the
+            # next 80 go to the dead session: publishing is paced by the test, not raced.
+            await _publish(pub, "q.drop", 0, 20)
             got = await _take(messages, 20)
             proxy.refusing = True
             proxy.cut()
             before_cut = robust.counters.delivered
+            await _publish(pub, "q.drop", 20, 100)
             await _seen(control, 100)
             proxy.refusing = False
+            publishing = asyncio.create_task(_publish(pub, "q.drop", 100, 150))
             got += await _take(messages, 130)
             await publishing
             _exactly_once_in_order(got, 150)
             c = robust.counters
             assert robust.resumes == 1 and c.gap_requests >= 1
             # what came after the cut, up to the 100th, went to the dead session
-            assert before_cut < 100 and robust.refilled >= 100 - before_cut
+            assert before_cut == 20 and robust.refilled >= 100 - before_cut
             assert c.delivered == 150 and c.resets == 0 and c.lost == 0
             # nothing more was queued: the next message is one published now
             await pub.publish("q.drop", b"end")
