@@ -274,7 +274,7 @@ def _standalone(element: etree._Element) -> str:
     nsmap = dict(element.nsmap)
     if XSD not in nsmap.values():
         nsmap["xs" if "xs" not in nsmap else "apexps-xs"] = XSD
-    schema = etree.Element(f"{{{XSD}}}schema", nsmap=nsmap)
+    schema = etree.Element(f"{{{XSD}}}schema", nsmap=nsmap)  # type: ignore[arg-type]
     for child in children:
         schema.append(etree.fromstring(etree.tostring(child)))
     return etree.tostring(schema, encoding="unicode")
