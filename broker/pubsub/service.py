@@ -29,12 +29,14 @@ import heapq
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from functools import partial
+from typing import Any, Protocol
 
 import structlog
 
 from broker.core import BrokerCore
 from broker.names import SERVICE, validate_topic
+from broker.pubsub.ingest import ingest
 from broker.records import (
     JournalEntry,
     Publication,
@@ -45,6 +47,7 @@ from broker.records import (
     now_ms,
 )
 from broker.robust.linkid import default_link_id, validate_link_id
+from broker.selectors import SelectorSchema, parse_selector_schema
 from common.errors import AccessDenied, InvalidParameter, NotTaken
 
 __all__ = [
@@ -108,6 +111,11 @@ class PubsubService:
         #: topic -> (from and until when it holds, its recipient links): the fan-out asks per
         #: message, subscriptions change rarely; every change of `_by_topic` empties it
         self._links: dict[str, tuple[int, int, tuple[tuple[str, str], ...]]] = {}
+        #: (topic, revision, text) -> its parsed selector schema
+        self._schemas: dict[tuple[str, int, str], SelectorSchema] = {}
+        #: the topic's message-schema check (§5.3), given the parsed message: raises
+        #: InvalidMessage (561). Set by whoever provides message schemas; None: no check.
+        self.message_validator: Callable[[Topic, Any], None] | None = None
         for sub in core.subscriptions:
             if sub.state is SubscriptionState.ACTIVE:
                 self._remember(sub)
@@ -279,14 +287,35 @@ class PubsubService:
         permission token and own seq), journaled with it. 553 for a message that would take its
         data item past the item store's limits (broker/robust/items.py: send an image)."""
         self._check(originator, "core:data", topic)
-        if topic not in self.core.topics:
+        described = self.core.topics.get(topic)
+        if described is None:
             raise NotTaken(f"no topic {topic!r} at {self.domain}")
-        if message_id is not None:
-            self.core.items.check_publish(topic, message_id, publish_type, len(content))
+        validate = self.message_validator
+        got = ingest(content, content_type, topic=topic, publisher=originator,
+                     now=self._clock(), schema=self._selector_schema(described),
+                     validate=None if validate is None else partial(validate, described),
+                     message_id=message_id)
+        if got.message_id is not None:
+            self.core.items.check_publish(topic, got.message_id, publish_type, len(content))
         return Publication(topic=topic, source=originator, content=content,
                            content_type=content_type, options=dict(options or {}),
-                           publish_type=publish_type, message_id=message_id,
+                           publish_type=publish_type, message_id=got.message_id,
+                           revision_id=got.revision_id, publication_date=got.publication_date,
+                           expiration_date=got.expiration_date, fields=got.fields,
                            permission_token=permission_token, publisher_seq=publisher_seq)
+
+    def _selector_schema(self, topic: Topic) -> SelectorSchema | None:
+        """The topic's selector schema, parsed once per topic revision; None: §5.5.1's
+        default, every field of the message."""
+        if topic.selector_schema is None:
+            return None
+        key = (topic.name, topic.revision, topic.selector_schema)
+        found = self._schemas.get(key)
+        if found is None:
+            if len(self._schemas) >= _LINKS_KEPT:
+                self._schemas.clear()
+            found = self._schemas[key] = parse_selector_schema(topic.selector_schema)
+        return found
 
     def entitled(self, entry: JournalEntry, subscriber: str) -> bool:
         """May `subscriber` receive `entry`? Only its permission token (XEP-0040 §5.1) can
