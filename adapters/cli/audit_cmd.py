@@ -31,6 +31,7 @@ import structlog
 
 from adapters.cli.paths import default_data_dir
 from broker.kafka_io import KafkaConfig, answers, existing_topics
+from broker.spark.audit.job import DEFAULT_EDGE_MS
 
 __all__ = ["register"]
 
@@ -95,6 +96,8 @@ def _usage(args: argparse.Namespace) -> tuple[Any, Any, tuple[str, int] | None]:
     message = None if args.message is None else parse_message(args.message)
     if args.margin < 0:
         raise ValueError(f"--margin {args.margin} is negative")
+    if args.edge_ms < 0:
+        raise ValueError(f"--edge-ms {args.edge_ms} is negative")
     return start, end, message
 
 
@@ -198,7 +201,7 @@ def _audit(spark: Any, config: KafkaConfig, args: argparse.Namespace, bounds: tu
         note = f"unknown topic {args.topic}"
     whole = start in (None, "earliest") and end in (None, "latest")
     options = AuditOptions(
-        topic=args.topic, subscriber=args.subscriber, whole=whole,
+        topic=args.topic, subscriber=args.subscriber, whole=whole, edge_ms=args.edge_ms,
         from_start=tuple(p for p, lo in first_offsets.items() if lo == 0))
     result = audit(spark, AuditInputs(journal, links, subscriptions, access), options)
     progress.stage("reconciled")
@@ -297,4 +300,8 @@ def register(sub: Any) -> None:
     p.add_argument("--margin", type=float, default=DEFAULT_MARGIN_S, metavar="SECONDS",
                    help="read the link log this long past the window's last record "
                         "(default: %(default)s)")
+    p.add_argument("--edge-ms", type=int, default=DEFAULT_EDGE_MS, metavar="MS",
+                   help="how long after a message's append, or a registry change, the broker "
+                        "may still decide on the state before it: either outcome reconciles "
+                        "(default: %(default)s; docs/audit.md)")
     p.set_defaults(func=_run)

@@ -26,9 +26,11 @@ Every pair is one decision; the outcomes, one finding at most each:
   does not hold: `extra` (a delivery with no pair).
 
 The edge. The broker decides when its fan-out runs and sees registry changes when its follower
-does: a little after the message's append and the change's record. A pair whose message was
-appended within `edge_ms` of its subscription's start or end, or of a change of its token
-verdict, is *at the edge*: either outcome reconciles it. docs/audit.md gives the rule.
+does: a little after the message's append and the change's record. A pair is *at the edge*,
+and either outcome reconciles it, when its message was appended: between `edge_ms` before its
+subscription's `created_at` and the moment the subscription's record was durable (the fan-out
+sees it from then); within `edge_ms` of its end, either side; or within `edge_ms` after its
+token verdict changed. docs/audit.md gives the rule.
 """
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ def pairs(messages: DataFrame, subs: DataFrame, ents: DataFrame,
 
     `messages`: journal DATA rows (source, source_seq, topic, permission_token, fields, at_ms,
     kafka_partition, kafka_offset); `subs`: lifetimes (label, subscriber, topic, link, sel_key,
-    start_ms, end_ms); `ents`: (subscriber, topic, token, from_ms, to_ms, allowed)."""
+    start_ms, visible_ms, end_ms); `ents`: (subscriber, topic, token, from_ms, to_ms, allowed)."""
     from pyspark.sql import functions as F
 
     m, s, e = messages.alias("m"), subs.alias("s"), ents.alias("e")
@@ -100,18 +102,21 @@ def pairs(messages: DataFrame, subs: DataFrame, ents: DataFrame,
     at, start, end = F.col("m.at_ms"), F.col("s.start_ms"), F.col("s.end_ms")
     token = F.col("m.permission_token")
 
-    def near(t: Column, bound: Column) -> Column:
-        return (bound != FOREVER) & (bound > 0) & (F.abs(t - bound) < edge_ms)
-
+    visible, granted = F.col("s.visible_ms"), F.col("e.from_ms")
+    edge = (
+        # put in flight, or appended just before and fanned out after it was visible
+        ((start - edge_ms <= at) & (at < visible))
+        # appended just before its end and fanned out after, or the other way round
+        | ((end != FOREVER) & (end - edge_ms <= at) & (at < end + edge_ms))
+        # a token verdict that had just changed: the broker's view follows the registry
+        | (token.isNotNull() & (granted > 0) & (granted <= at) & (at < granted + edge_ms)))
     out = verdict.select(
         "m.source", "m.source_seq", "m.topic", "m.at_ms", "m.kafka_partition",
         "m.kafka_offset", "m.permission_token", "m.fields",
         "s.label", "s.subscriber", "s.link", "s.sel_key",
         ((start <= at) & (at < end)).alias("in_life"),
         (token.isNull() | F.coalesce(F.col("e.allowed"), F.lit(False))).alias("allowed"),
-        (near(at, start) | near(at, end)
-         | (token.isNotNull() & (near(at, F.col("e.from_ms")) | near(at, F.col("e.to_ms")))))
-        .alias("edge"),
+        edge.alias("edge"),
     )
     out = out.withColumn("selected", _selector_column(keys)).drop("fields")
     return out.withColumn("want", F.col("in_life") & F.col("allowed") & F.col("selected"))

@@ -143,9 +143,9 @@ def audit(spark: SparkSession, inputs: AuditInputs, options: AuditOptions) -> Au
     subs = spark.createDataFrame(
         [(s.label, s.subscriber, s.topic, s.link,
           keys.get((s.selector_class or "JMS", s.selector)) if s.selector else None,
-          s.start_ms, s.end_ms) for s in lifetimes],
+          s.start_ms, s.visible_ms, s.end_ms) for s in lifetimes],
         "label string, subscriber string, topic string, link string, sel_key int, "
-        "start_ms bigint, end_ms bigint")
+        "start_ms bigint, visible_ms bigint, end_ms bigint")
 
     all_messages = _messages(inputs.journal)
     messages = (all_messages if options.topic is None

@@ -10,10 +10,11 @@ Python; what comes out is handed to the Spark side as small frames.
 Lifetimes. A subscription is visible to the fan-out while its ACTIVE record is the newest of
 its key (broker/pubsub/service.py); a cancel or an expiry deletes the key (a tombstone), a
 record in another state ends it too. So walking a key's records: an ACTIVE record opens a
-lifetime at its `created_at` (a renewal while open keeps the start and moves the expiry), and
-the lifetime ends at the first of its `expires_at` and the Kafka timestamp of the record that
-closed it. Compaction may have removed a key's older records: then the lifetime starts at the
-oldest surviving record's `created_at`, which is the subscription's own start (a renewal
+lifetime at its `created_at` (a renewal while open keeps the start and moves the expiry); the
+fan-out sees it once that record is durable (its Kafka timestamp: `visible_ms`); the lifetime
+ends at the first of its `expires_at` and the Kafka timestamp of the record that closed it.
+Compaction may have removed a key's older records: then the lifetime starts at the oldest
+surviving record's `created_at`, which is the subscription's own start (a renewal
 rewrites it, so a renewed subscription's start is the renewal's: the audit then expects less,
 never more). A subscription whose every record is gone is invisible to the audit: docs/audit.md.
 
@@ -53,7 +54,8 @@ class Lifetime:
     link: str
     selector_class: str | None
     selector: str | None
-    start_ms: int
+    start_ms: int  # its created_at
+    visible_ms: int  # when the record that opened it was durable (the fan-out sees it after)
     end_ms: int  # FOREVER when nothing ended it
 
 
@@ -70,17 +72,18 @@ def lifetimes(rows: Iterable[Mapping[str, Any]]) -> list[Lifetime]:
     """The lifetimes the subscription registry's records show (see the module doc). `rows`:
     decoded records of `broker.spark.readers.decode_subscriptions`, without decode errors."""
     out: list[Lifetime] = []
-    open_: dict[str, tuple[Mapping[str, Any], int, int]] = {}  # key -> (record, start, end)
+    # key -> (record, start, visible, end)
+    open_: dict[str, tuple[Mapping[str, Any], int, int, int]] = {}
 
     def close(key: str, at: int) -> None:
-        rec, start, end = open_.pop(key)
+        rec, start, visible, end = open_.pop(key)
         subscriber = rec["subscriber"]
         out.append(Lifetime(
             label=f"{subscriber}/{rec['subscription_id']}", subscriber=subscriber,
             subscription_id=rec["subscription_id"], topic=rec["topic"],
             link=rec["link_id"] or subscriber,  # broker.robust.linkid.default_link_id
             selector_class=rec["selector_class"], selector=rec["selector"],
-            start_ms=start, end_ms=min(end, at)))
+            start_ms=start, visible_ms=visible, end_ms=min(end, at)))
 
     for r in _order(rows):
         key = r["kafka_key"]
@@ -89,10 +92,10 @@ def lifetimes(rows: Iterable[Mapping[str, Any]]) -> list[Lifetime]:
             expires = _ms(r["expires_at"])
             end = FOREVER if expires is None else expires
             if key in open_:
-                _, start, _ = open_[key]
+                _, start, visible, _ = open_[key]
             else:
-                start = _ms(r["created_at"]) or at
-            open_[key] = (r, start, end)
+                start, visible = _ms(r["created_at"]) or at, at
+            open_[key] = (r, start, max(start, visible), end)
         elif key in open_:
             close(key, at)
     for key in list(open_):
