@@ -8,8 +8,9 @@ wire adapter turns that into the `reply` element carrying the operation's transI
 go to Kafka first (`Registry.put` returns once the compacted topic holds the record) and only
 then to memory, so what a caller was told is what a restart rebuilds.
 
-Publishing: `accept(...)` checks `core:data` and the topic (550 for an unknown one) and hands back
-the `Publication` to append; the caller answers `ok` once the journal says it is durable.
+Publishing: `accept(...)` checks `core:data`, the topic (550 for an unknown one) and the topic's
+message schema (561, content-based draft §5.9.1; `schemas.py`) and hands back the `Publication`
+to append; the caller answers `ok` once the journal says it is durable.
 Forwarding does not start here: a follower reads the journal back (`broker.pubsub.follower`) and
 asks `recipients(topic)` for each record, so what subscribers get is what Kafka holds.
 
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import heapq
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -45,7 +46,9 @@ from broker.records import (
     now_ms,
 )
 from broker.robust.linkid import default_link_id, validate_link_id
-from common.errors import AccessDenied, InvalidParameter, NotTaken
+from common.errors import AccessDenied, InvalidMessage, InvalidParameter, NotTaken
+
+from . import schemas
 
 __all__ = [
     "MAX_DURATION_S",
@@ -129,16 +132,33 @@ class PubsubService:
             raise InvalidParameter(f"topic {topic!r} does not exist")
         return found
 
-    def create_topic(self, originator: str, topic: str) -> Topic:
-        """§4.2: 537 without pubsub:createtopic, 553 if the topic exists (or is not a name)."""
+    def create_topic(self, originator: str, topic: str, *, description: str | None = None,
+                     message_schema: str | None = None,
+                     selector_schemas: Iterable[str] = ()) -> Topic:
+        """§4.2: 537 without pubsub:createtopic, 553 if the topic exists (or is not a name).
+        Content-based §6.2.3: the `<message-schema>` and `<selector-schema>` elements' XML;
+        553 for a schema refused, 566 for a selector class apexps lacks (schemas.prepare) —
+        and then no topic."""
         self._check(originator, "pubsub:createtopic")
         validate_topic(topic)
         if topic in self.core.topics:
             raise InvalidParameter(f"topic {topic!r} already exists")
-        created = self.core.topics.put(Topic(name=topic, created_at=self._clock(),
-                                             owner=originator))
-        log.info("topic created", topic=topic, by=originator)
+        message, selector = schemas.prepare(message_schema, selector_schemas,
+                                            named=self.core.topics.get)
+        created = self.core.topics.put(Topic(
+            name=topic, created_at=self._clock(), owner=originator, description=description,
+            message_schema=message, selector_schema=selector))
+        log.info("topic created", topic=topic, by=originator,
+                 message_schema=message is not None, selector_schema=selector is not None)
         return created
+
+    def topic_schemas(self, topic: str) -> schemas.TopicSchemas:
+        """The compiled schemas of `topic` (550 if there is none): what subscribe checks a
+        selector against (`schemas.check_selector`) and what publications must satisfy."""
+        found = self.core.topics.get(topic)
+        if found is None:
+            raise NotTaken(f"no topic {topic!r} at {self.domain}")
+        return schemas.TopicSchemas.of(found)
 
     def delete_topic(self, originator: str, topic: str) -> list[Subscription]:
         """§4.3: 537, 553 for an unknown topic. Its subscriptions end with it; they are
@@ -279,14 +299,28 @@ class PubsubService:
         permission token and own seq), journaled with it. 553 for a message that would take its
         data item past the item store's limits (broker/robust/items.py: send an image)."""
         self._check(originator, "core:data", topic)
-        if topic not in self.core.topics:
+        found = self.core.topics.get(topic)
+        if found is None:
             raise NotTaken(f"no topic {topic!r} at {self.domain}")
+        if found.message_schema is not None:
+            self._conforms(found, originator, content)
         if message_id is not None:
             self.core.items.check_publish(topic, message_id, publish_type, len(content))
         return Publication(topic=topic, source=originator, content=content,
                            content_type=content_type, options=dict(options or {}),
                            publish_type=publish_type, message_id=message_id,
                            permission_token=permission_token, publisher_seq=publisher_seq)
+
+    def _conforms(self, topic: Topic, originator: str, content: bytes) -> None:
+        """Content-based §5.9.1: 561 for a publication its topic's message schema refuses.
+        Parses the content itself, hardened (schemas.parse_message), until ingest's one parse
+        per message hands its tree over."""
+        try:
+            schemas.TopicSchemas.of(topic).validate(content)
+        except InvalidMessage as exc:
+            log.info("publication refused", topic=topic.name, publisher=originator,
+                     code=int(exc.code), reason=str(exc))
+            raise
 
     def entitled(self, entry: JournalEntry, subscriber: str) -> bool:
         """May `subscriber` receive `entry`? Only its permission token (XEP-0040 §5.1) can
