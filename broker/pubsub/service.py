@@ -30,12 +30,14 @@ import heapq
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from functools import partial
+from typing import Any, Protocol
 
 import structlog
 
 from broker.core import BrokerCore
 from broker.names import SERVICE, validate_topic
+from broker.pubsub.ingest import ingest
 from broker.records import (
     JournalEntry,
     Publication,
@@ -46,9 +48,17 @@ from broker.records import (
     now_ms,
 )
 from broker.robust.linkid import default_link_id, validate_link_id
-from common.errors import AccessDenied, InvalidMessage, InvalidParameter, NotTaken
+from broker.selectors import SelectorSchema
+from common.errors import (
+    AccessDenied,
+    InvalidMessage,
+    InvalidParameter,
+    MessageNotConforming,
+    NotTaken,
+)
 
 from . import schemas
+from .ingest import is_xml
 
 __all__ = [
     "MAX_DURATION_S",
@@ -92,6 +102,13 @@ def redistributor_local(topic: str) -> str:
     return f"{SERVICE}/{topic}"
 
 
+def _validate_message(topic: Topic, root: Any) -> None:
+    """Content-based §5.9.1: 561 for a message (ingest's one parse of it) that its topic's
+    message schema refuses (broker/pubsub/schemas.py)."""
+    if topic.message_schema is not None:
+        schemas.TopicSchemas.of(topic).validate(root)
+
+
 def _domain(endpoint: str) -> str:
     return endpoint.rpartition("@")[2].lower()
 
@@ -111,6 +128,9 @@ class PubsubService:
         #: topic -> (from and until when it holds, its recipient links): the fan-out asks per
         #: message, subscriptions change rarely; every change of `_by_topic` empties it
         self._links: dict[str, tuple[int, int, tuple[tuple[str, str], ...]]] = {}
+        #: the topic's message-schema check (§5.3), given the parsed message: raises
+        #: InvalidMessage (561). None: no check.
+        self.message_validator: Callable[[Topic, Any], None] | None = _validate_message
         for sub in core.subscriptions:
             if sub.state is SubscriptionState.ACTIVE:
                 self._remember(sub)
@@ -299,28 +319,36 @@ class PubsubService:
         permission token and own seq), journaled with it. 553 for a message that would take its
         data item past the item store's limits (broker/robust/items.py: send an image)."""
         self._check(originator, "core:data", topic)
-        found = self.core.topics.get(topic)
-        if found is None:
+        described = self.core.topics.get(topic)
+        if described is None:
             raise NotTaken(f"no topic {topic!r} at {self.domain}")
-        if found.message_schema is not None:
-            self._conforms(found, originator, content)
-        if message_id is not None:
-            self.core.items.check_publish(topic, message_id, publish_type, len(content))
-        return Publication(topic=topic, source=originator, content=content,
-                           content_type=content_type, options=dict(options or {}),
-                           publish_type=publish_type, message_id=message_id,
-                           permission_token=permission_token, publisher_seq=publisher_seq)
-
-    def _conforms(self, topic: Topic, originator: str, content: bytes) -> None:
-        """Content-based §5.9.1: 561 for a publication its topic's message schema refuses.
-        Parses the content itself, hardened (schemas.parse_message), until ingest's one parse
-        per message hands its tree over."""
+        validate = self.message_validator
         try:
-            schemas.TopicSchemas.of(topic).validate(content)
+            if described.message_schema is not None and not is_xml(content_type):
+                raise MessageNotConforming(f"topic {topic!r} has a message schema: its"
+                                           f" messages are XML, not {content_type!r}")
+            got = ingest(content, content_type, topic=topic, publisher=originator,
+                         now=self._clock(), schema=self._selector_schema(described),
+                         validate=None if validate is None else partial(validate, described),
+                         message_id=message_id)
         except InvalidMessage as exc:
-            log.info("publication refused", topic=topic.name, publisher=originator,
+            log.info("publication refused", topic=topic, publisher=originator,
                      code=int(exc.code), reason=str(exc))
             raise
+        if got.message_id is not None:
+            self.core.items.check_publish(topic, got.message_id, publish_type, len(content))
+        return Publication(topic=topic, source=originator, content=content,
+                           content_type=content_type, options=dict(options or {}),
+                           publish_type=publish_type, message_id=got.message_id,
+                           revision_id=got.revision_id, publication_date=got.publication_date,
+                           expiration_date=got.expiration_date, fields=got.fields,
+                           permission_token=permission_token, publisher_seq=publisher_seq)
+
+    def _selector_schema(self, topic: Topic) -> SelectorSchema | None:
+        """The names ingest keeps in `fields`: the topic's selector schema, or §5.5.1's default
+        (its message schema and the headers); None, every field, when neither names any."""
+        found = schemas.TopicSchemas.of(topic).selector
+        return found if found is not None and found.types else None
 
     def entitled(self, entry: JournalEntry, subscriber: str) -> bool:
         """May `subscriber` receive `entry`? Only its permission token (XEP-0040 §5.1) can
