@@ -10,6 +10,22 @@ a late joiner is better served with the deltas than with nothing. A message with
 message-id belongs to the topic's stream, not to any item. `reduce(state, version)` is that rule
 and nothing else (tests/robust/test_items.py checks it against a model with hypothesis).
 
+Revisions and the cache (content-based draft §5.2.1, §5.8 `cached`). The cached messages of a
+topic are this same state, not a second store: a cached message is a message-id's latest
+revision, and "the latest message per (topic, message-id), rebuilt from Kafka, served with no
+gap and no duplicate against the live stream" is exactly what the item state already is for
+images. A second store would need its own checkpoints and recovery and its own meeting point
+with the live stream, and two stores could disagree about one message-id. So a message with a
+revision-id acts as an image of its item (whatever its publish type; a drop still deletes) when
+its revision is strictly higher than the item's image's, and changes nothing otherwise: a lower
+or equal revision after a higher one is ignored (broker/expiry.py `supersedes`). A message
+whose expiration-date is `0` never enters the state. Expiry is applied when the state is read
+(`snapshot(..., now=...)`, `unexpired`): an item whose image has expired is not cached or
+snapshotted, nor is an expired delta; expired items stay in memory until they are replaced,
+dropped or their topic is deleted (a known cost: publishers that use expiring message-ids
+should reuse them). Message-ids are keyed per topic, not per publisher (the draft scopes them
+per publisher and topic): two publishers using one message-id on one topic share the item.
+
 Where state advances. `apply(entries)` runs on the live path with what the journal follower
 read back, in the order the follower hands it to the fan-out, just before the fan-out: the
 state at any moment is exactly the state of what has been forwarded. A snapshot taken in the
@@ -83,6 +99,7 @@ import structlog
 
 from broker.checkpoints import CheckpointBook, Loaded, Phase, Round, Write, state_key, sub_key
 from broker.codec import Codec, default_codec
+from broker.expiry import ONCE, expired, parse_revision, supersedes
 from broker.flush import FlushPolicy
 from broker.journal import SCHEMA as JOURNAL_SCHEMA
 from broker.kafka_io import (
@@ -104,6 +121,7 @@ __all__ = [
     "ItemStore",
     "ItemVersion",
     "reduce",
+    "unexpired",
 ]
 
 log = structlog.get_logger(__name__)
@@ -165,11 +183,35 @@ class ItemState:
         return self.deltas if self.image is None else (self.image, *self.deltas)
 
 
+def _revision(entry: JournalEntry | None) -> int | None:
+    """The entry's revision; None if it has none (or one the ingest should have refused)."""
+    if entry is None or entry.revision_id is None:
+        return None
+    try:
+        return parse_revision(entry.revision_id)
+    except InvalidParameter:
+        return None
+
+
 def reduce(state: ItemState | None, version: ItemVersion) -> ItemState | None:
     """The item after `version` (XEP-0040 §3.1): image/add replace it, update/correction add a
-    delta, drop deletes it (None). `snapshot` is never published; it changes nothing."""
+    delta, drop deletes it (None). `snapshot` is never published; it changes nothing.
+    Content-based messages (draft §5.2.1, see "Revisions" above): one that expires at once
+    (`0`) changes nothing; one with a revision replaces the item (as an image; a drop deletes
+    it) if its revision is higher than the item's, and changes nothing otherwise."""
     entry = version.entry
     ptype = entry.publish_type
+    if entry.expiration_date == ONCE:
+        return state
+    revision = _revision(entry)
+    if revision is not None:
+        base = None if state is None or state.image is None else state.image.entry
+        if not supersedes(revision, _revision(base)) or ptype is PublishType.SNAPSHOT:
+            return state
+        if ptype is PublishType.DROP:
+            return None
+        assert entry.message_id is not None
+        return ItemState(entry.topic, entry.message_id, version, (), len(entry.content))
     if ptype in _REPLACES:
         assert entry.message_id is not None
         return ItemState(entry.topic, entry.message_id, version, (), len(entry.content))
@@ -182,6 +224,15 @@ def reduce(state: ItemState | None, version: ItemVersion) -> ItemState | None:
         return ItemState(entry.topic, entry.message_id, None, (version,), len(entry.content))
     return ItemState(state.topic, state.message_id, state.image, (*state.deltas, version),
                      state.size + len(entry.content))
+
+
+def unexpired(state: ItemState, now: int) -> tuple[ItemVersion, ...]:
+    """What of an item is still valid at `now`: nothing once its image has expired (its
+    deltas were relative to it), else the image and each delta that has not expired."""
+    image = state.image
+    if image is not None and expired(image.entry.expiration_date, now):
+        return ()
+    return tuple(v for v in state.versions if not expired(v.entry.expiration_date, now))
 
 
 @dataclass
@@ -331,13 +382,16 @@ class ItemStore:
             self._book.changed_many((f"{topic}\x00{mid}" for mid in gone), len(gone))
         return len(gone)
 
-    def snapshot(self, topic: str, message_id: str | None = None) -> list[JournalEntry]:
-        """Every image and delta of `topic`'s items (or of one item), in apply order."""
+    def snapshot(self, topic: str, message_id: str | None = None, *,
+                 now: int | None = None) -> list[JournalEntry]:
+        """Every image and delta of `topic`'s items (or of one item), in apply order; with
+        `now`, only what has not expired by then (`unexpired`): the cached messages."""
         with self._lock:
             by_id = self._items.get(topic, {})
             states = list(by_id.values()) if message_id is None else [
                 s for s in (by_id.get(message_id),) if s is not None]
-            versions = [v for s in states for v in s.versions]
+            versions = [v for s in states
+                        for v in (s.versions if now is None else unexpired(s, now))]
         versions.sort(key=attrgetter("order"))
         return [v.entry for v in versions]
 
