@@ -34,7 +34,10 @@ from typing import Protocol
 import structlog
 
 from broker.core import BrokerCore
-from broker.names import SERVICE, validate_topic
+from broker.expiry import expired, parse_expiration, parse_revision
+from broker.names import SERVICE, WELL_KNOWN_TOPICS, validate_topic
+from broker.pubsub import wkt
+from broker.pubsub.wkt import SUBSCRIPTIONS_TOPIC
 from broker.records import (
     JournalEntry,
     Publication,
@@ -124,6 +127,8 @@ class PubsubService:
 
     def _existing(self, topic: str) -> Topic:
         validate_topic(topic)
+        if topic in WELL_KNOWN_TOPICS:  # the service's own, always there (§6)
+            return Topic(name=topic, created_at=0, owner=self.endpoint)
         found = self.core.topics.get(topic)
         if found is None:
             raise InvalidParameter(f"topic {topic!r} does not exist")
@@ -133,7 +138,7 @@ class PubsubService:
         """§4.2: 537 without pubsub:createtopic, 553 if the topic exists (or is not a name)."""
         self._check(originator, "pubsub:createtopic")
         validate_topic(topic)
-        if topic in self.core.topics:
+        if topic in self.core.topics or topic in WELL_KNOWN_TOPICS:
             raise InvalidParameter(f"topic {topic!r} already exists")
         created = self.core.topics.put(Topic(name=topic, created_at=self._clock(),
                                              owner=originator))
@@ -145,6 +150,8 @@ class PubsubService:
         returned so each subscriber can be told (the cancel the service may initiate)."""
         self._check(originator, "pubsub:deletetopic")
         self._existing(topic)
+        if topic in WELL_KNOWN_TOPICS:
+            raise AccessDenied(f"{topic} is a well-known topic of the service (§6)")
         self.core.topics.delete(topic)
         with self._lock:
             ended = list(self._by_topic.pop(topic, {}).values())
@@ -181,6 +188,9 @@ class PubsubService:
         caller queues the snapshot and activates in one event-loop step, robust-binding §9)."""
         self._check(originator, "pubsub:subscribe", topic)
         self._existing(topic)
+        if topic == SUBSCRIPTIONS_TOPIC and subscriber != originator:
+            # §6.3.1: each endpoint reads its own subscriptions, nobody another's
+            raise AccessDenied(f"{originator} may not read the subscriptions of {subscriber}")
         if duration_s <= 0:
             raise InvalidParameter(f"duration must be positive, not {duration_s}")
         if duration_s > MAX_DURATION_S:
@@ -214,7 +224,7 @@ class PubsubService:
         for a topic this domain does not have."""
         self._check(originator, "pubsub:subscribe", topic)
         validate_topic(topic)
-        if topic not in self.core.topics:
+        if topic not in self.core.topics and topic not in WELL_KNOWN_TOPICS:
             raise NotTaken(f"no topic {topic!r} at {self.domain}")
 
     def cancel(self, originator: str, subscriber: str, topic: str) -> Subscription | Forward | None:
@@ -273,25 +283,42 @@ class PubsubService:
                options: Mapping[str, str] | None = None, *,
                publish_type: PublishType = PublishType.UPDATE, message_id: str | None = None,
                permission_token: str | None = None,
-               publisher_seq: int | None = None) -> Publication:
+               publisher_seq: int | None = None, revision_id: str | None = None,
+               expiration_date: str | None = None) -> Publication:
         """§4.7.1 step 1 (550 for an unknown topic) after the `core:data` check (537).
         The keywords are what the publisher said of the message (its publish type, data item,
-        permission token and own seq), journaled with it. 553 for a message that would take its
-        data item past the item store's limits (broker/robust/items.py: send an image)."""
+        permission token and own seq), journaled with it; `revision_id` and `expiration_date`
+        are the message's content-based headers (§5.2.1; 553 if they do not parse). 553 for a
+        message that would take its data item past the item store's limits
+        (broker/robust/items.py: send an image). 537 on a well-known topic: only the service
+        publishes there (§6)."""
         self._check(originator, "core:data", topic)
+        if topic in WELL_KNOWN_TOPICS:
+            raise AccessDenied(f"{topic} is published by the service alone")
         if topic not in self.core.topics:
             raise NotTaken(f"no topic {topic!r} at {self.domain}")
+        parse_revision(revision_id)
+        expiration_date = parse_expiration(expiration_date)
         if message_id is not None:
             self.core.items.check_publish(topic, message_id, publish_type, len(content))
         return Publication(topic=topic, source=originator, content=content,
                            content_type=content_type, options=dict(options or {}),
                            publish_type=publish_type, message_id=message_id,
-                           permission_token=permission_token, publisher_seq=publisher_seq)
+                           permission_token=permission_token, publisher_seq=publisher_seq,
+                           revision_id=None if revision_id is None else revision_id.strip(),
+                           expiration_date=expiration_date)
 
-    def entitled(self, entry: JournalEntry, subscriber: str) -> bool:
-        """May `subscriber` receive `entry`? Only its permission token (XEP-0040 §5.1) can
-        withhold it: a grant must cover the token and no deny may (broker/entitlements.py);
-        a message without a token goes to every subscriber of its topic."""
+    def entitled(self, entry: JournalEntry, subscriber: str, *, live: bool = False) -> bool:
+        """May `subscriber` receive `entry` now? Not once it has expired (broker/expiry.py;
+        `live`: the live fan-out asks, where an expiration of `0` still goes), not if its
+        permission token (XEP-0040 §5.1) is not granted to the subscriber or is denied
+        (broker/entitlements.py), and on WKT=Subscriptions only if it describes one of the
+        subscriber's own subscriptions (content-based §6.3.1)."""
+        exp = entry.expiration_date
+        if exp is not None and expired(exp, self._clock(), live=live):
+            return False
+        if entry.topic == SUBSCRIPTIONS_TOPIC and not wkt.is_own(entry, subscriber):
+            return False
         token = entry.permission_token
         return token is None or self.access.token_allowed(subscriber, token, entry.topic)
 

@@ -191,7 +191,8 @@ async def _requests(config: KafkaConfig) -> None:
         await _publish(pub, feed, 1, len(feed))
         # A message barney may not see (the permission hook, filled in elsewhere, decides).
         app.service.entitled = (  # type: ignore[method-assign]
-            lambda entry, who: entry.permission_token != "secret" or who != "barney@example.com")
+            lambda entry, who, live=False:
+            entry.permission_token != "secret" or who != "barney@example.com")
         await pub.publish(TOPIC, b"<secret />", publish_type="image", message_id="SECRET",
                           token="secret")
         await _until(fred_events, lambda e: isinstance(e, Delivered) and e.stamp is not None
