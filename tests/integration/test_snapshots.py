@@ -168,7 +168,8 @@ async def _subscribe_during_publishing(config: KafkaConfig) -> None:
         assert stub.idle and stub.positions().sources == {"pub@example.com": len(feed)}
         # the live state equals the model of the whole feed
         assert {k[1]: [v.entry.source_seq for v in s.versions]
-                for k, s in app.core.items.states().items()} == _model(feed, len(feed))
+                for k, s in app.core.items.states().items() if k[0] == TOPIC
+                } == _model(feed, len(feed))  # (the WKT topics hold items of their own)
         for c in (pub, fred, jade):
             await c.close()
 
