@@ -51,8 +51,10 @@ def feed(count: int, seed: int, *, past_until: int) -> list[Message]:
     out: list[Message] = []
     for n in range(1, count + 1):
         mid = rng.choice(MIDS)
-        revs[mid] += rng.choice([1, 1, 1, 2])
-        rev = revs[mid] - rng.choice([0, 0, 0, 0, 3])  # now and then a stale revision
+        step = rng.choice(["up", "up", "up", "same", "stale"])
+        if step == "up":
+            revs[mid] += rng.choice([1, 2])
+        rev = revs[mid] - (3 if step == "stale" else 0)  # now and then an old revision
         kinds = [None, "*", FUTURE, "0"] + ([PAST] if n <= past_until else [])
         out.append((mid, max(rev, 0), rng.choice(kinds)))
     return out

@@ -14,7 +14,7 @@ import pytest
 from adapters.app import BrokerApp
 from adapters.client.pubsub_client import Delivered, PubsubClient
 from broker.kafka_io import KafkaConfig
-from broker.records import PublishType
+from broker.records import PublishType, Topic, now_ms
 from broker.robust.config import RobustConfig
 from common.errors import AccessDenied, ApexpsError, InvalidParameter
 from tests.integration.broker_process import start_broker
@@ -163,6 +163,9 @@ async def _after_kill(config: KafkaConfig) -> None:
         for name in ("q.a", "q.b", "q.c"):
             await admin.create_topic(name)
         await admin.delete_topic("q.b")
+        seen = await PubsubClient.connect("127.0.0.1", port, "seen@example.com")
+        before = {field(d, "topic-name"): field(d, "ps:revision-id")
+                  for d in await cached_topics(seen, admin, "q.d")}
         proc.kill()
         await proc.wait()
         with contextlib.suppress(ApexpsError, ConnectionError):
@@ -171,11 +174,16 @@ async def _after_kill(config: KafkaConfig) -> None:
                                         logs=False)
         admin = await PubsubClient.connect("127.0.0.1", port, "admin@example.com")
         jade = await PubsubClient.connect("127.0.0.1", port, "jade@example.com")
-        listed = await cached_topics(jade, admin, "q.d")
-        assert sorted(field(d, "topic-name") for d in listed) == ["q.a", "q.c"]
-        assert sorted(await jade.list_topics()) == ["q.a", "q.c", "q.d"]
+        listed = await cached_topics(jade, admin, "q.e")
+        # the very messages journaled before the kill, from the rebuilt cache
+        after = {field(d, "topic-name"): field(d, "ps:revision-id") for d in listed}
+        assert sorted(after) == ["q.a", "q.c", "q.d"]
+        assert {k: after[k] for k in before} == before
+        assert sorted(await jade.list_topics()) == ["q.a", "q.c", "q.d", "q.e"]
         for c in (admin, jade):
             await c.close()
+        with contextlib.suppress(ApexpsError, ConnectionError):
+            await seen.close()
     finally:
         if proc.returncode is None:
             proc.kill()
@@ -186,3 +194,22 @@ def test_topics_topic_is_rebuilt_after_a_kill_9(kafka_config: KafkaConfig) -> No
     """After a kill -9 the cached WKT=Topics is rebuilt from Kafka and agrees with
     listtopics."""
     asyncio.run(_after_kill(kafka_config))
+
+
+async def _reconciled(config: KafkaConfig) -> None:
+    async with BrokerApp(config, robust=QUIET) as app:
+        # as a broker from before WKT=Topics left it: a topic and no message about it
+        app.core.topics.put(Topic(name="q.old", created_at=now_ms(), owner="admin@example.com"))
+    async with BrokerApp(config, robust=QUIET) as app:
+        connect = lambda who: PubsubClient.connect("127.0.0.1", app.port, who)  # noqa: E731
+        admin, jade = await connect("admin@example.com"), await connect("jade@example.com")
+        listed = await cached_topics(jade, admin, "q.new")
+        assert [field(d, "topic-name") for d in listed] == ["q.old"]
+        for c in (admin, jade):
+            await c.close()
+
+
+def test_topics_topic_is_reconciled_with_the_registry_at_start(kafka_config: KafkaConfig,
+                                                               ) -> None:
+    """A topic the journal has no WKT=Topics message about gets one when the broker starts."""
+    asyncio.run(_reconciled(kafka_config))
