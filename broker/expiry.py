@@ -10,10 +10,11 @@ text as it was published, `JournalEntry.expiration_date`):
   subscribers the live fan-out finds when it forwards the message, and to nobody after that. It
   is never cached, never snapshotted, and a gap fill or source repair that reaches it finds it
   expired;
-- an RFC 3339 date-time with an offset (`2003-03-15T12:15:00-08:00`, or `Z`): the message is
-  valid until that instant, expired at and after it (the draft: "the date after which the
-  message will no longer be valid" — apexps takes the instant itself as already expired, so a
-  message published with its own publication date as expiration is never delivered).
+- a §4 date-time (`2003-03-15T12:15:00-08:00`, `Z`; without an offset it is UTC, as the
+  ingest reads it): the message is valid until that instant, expired at and after it (the
+  draft: "the date after which the message will no longer be valid" — apexps takes the instant
+  itself as already expired, so a message published with its own publication date as
+  expiration is never delivered).
 
 `expired(text, now, live=...)` is the whole decision: time comes in as `now` (epoch
 milliseconds, the service's clock port), so the rule is tested without a clock. Everything that
@@ -21,9 +22,12 @@ hands a journaled message to somebody asks it — the live fan-out (`live=True`)
 (an expired seq goes as a stamp without content, docs/robust-binding.md §2.4), the source
 repair's catch-up, snapshots and cached messages — through `PubsubService.entitled`.
 
-A header that does not parse is refused at publication (`parse_expiration` raises 553), so the
-journal never holds one; should one be there anyway (an older writer), `expired` treats it as
-never expiring rather than lose a message over a header it cannot read.
+A header that does not parse is refused at publication by the ingest (broker/pubsub/ingest.py,
+561), so the journal never holds one; should one be there anyway (an older writer), `expired`
+treats it as never expiring rather than lose a message over a header it cannot read. The date
+is read here as the ingest reads it (`datetime.fromisoformat`, naive means UTC); this module
+cannot import the ingest (the item store below the service imports it), so the two are held
+together by tests/broker/test_expiry.py.
 
 Revisions (`parse_revision`): non-negative integers up to 2,147,483,647 (§5.2.1 by reference to
 the APEX numbering scheme); a revision replaces a cached message only if it is strictly higher
@@ -33,7 +37,7 @@ and a copy of the same revision published twice is the same message, so the firs
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import lru_cache
 
 from common.errors import InvalidParameter
@@ -44,7 +48,6 @@ __all__ = [
     "ONCE",
     "expired",
     "expires_at",
-    "parse_expiration",
     "parse_revision",
     "supersedes",
 ]
@@ -61,30 +64,13 @@ _MAX_DATE_LEN = 64
 
 @lru_cache(maxsize=4096)
 def _instant(text: str) -> int:
-    """Epoch milliseconds of an RFC 3339 date-time with an offset; ValueError otherwise."""
-    if len(text) > _MAX_DATE_LEN or "T" not in text.upper():
+    """Epoch milliseconds of a §4 date-time (naive: UTC); ValueError otherwise."""
+    if len(text) > _MAX_DATE_LEN:
         raise ValueError("not a date-time")
     when = datetime.fromisoformat(text.strip())
     if when.tzinfo is None:
-        raise ValueError("a date-time without an offset names no instant")
+        when = when.replace(tzinfo=UTC)
     return int(when.timestamp() * 1000)
-
-
-def parse_expiration(text: str | None) -> str | None:
-    """The header as the journal keeps it (trimmed), or InvalidParameter (553) if it is
-    neither `0`, `*` nor an RFC 3339 date-time with an offset."""
-    if text is None:
-        return None
-    value = text.strip()
-    if value in (NEVER, ONCE):
-        return value
-    try:
-        _instant(value)
-    except ValueError:
-        raise InvalidParameter(
-            f"expiration-date {value[:40]!r} is not '0', '*' or an RFC 3339 date-time with an"
-            " offset (e.g. 2030-03-15T12:15:00-08:00)") from None
-    return value
 
 
 def expires_at(text: str | None) -> int | None:

@@ -73,7 +73,6 @@ from broker.robust.linkid import default_link_id
 from broker.robust.links import LinkLog
 from common.errors import ApexpsError, OptionNotImplemented, ParameterSyntaxError
 
-from ._headers import cache_headers
 from ._wkt_publisher import WktPublisher
 from .sequenced import SequencedFanout
 
@@ -221,14 +220,10 @@ class PubsubHandler:
         in arrival order, as one journal batch; answered once Kafka holds it."""
         hops = {"dataHopping": str(hop_limit(data.options) or DEFAULT_HOPS)}
         meta = find_publish_meta(data.options) or _PLAIN
-        heads = cache_headers(data.content)
         pub = self.service.accept(str(data.originator), topic, data.content, data.content_type,
                                   hops, publish_type=meta.publish_type,
-                                  message_id=meta.message_id or heads.message_id,
-                                  permission_token=meta.token,
-                                  publisher_seq=meta.publisher_seq,
-                                  revision_id=heads.revision_id,
-                                  expiration_date=heads.expiration_date)
+                                  message_id=meta.message_id, permission_token=meta.token,
+                                  publisher_seq=meta.publisher_seq)
         done: asyncio.Future[Iterable[Data]] = self._loop.create_future()
         if not self._batch:
             self._loop.call_soon(self._append_batch)

@@ -29,14 +29,16 @@ import heapq
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from functools import partial
+from typing import Any, Protocol
 
 import structlog
 
 from broker.core import BrokerCore
-from broker.expiry import expired, parse_expiration, parse_revision
+from broker.expiry import expired
 from broker.names import SERVICE, WELL_KNOWN_TOPICS, validate_topic
 from broker.pubsub import wkt
+from broker.pubsub.ingest import ingest
 from broker.pubsub.wkt import SUBSCRIPTIONS_TOPIC
 from broker.records import (
     JournalEntry,
@@ -48,6 +50,7 @@ from broker.records import (
     now_ms,
 )
 from broker.robust.linkid import default_link_id, validate_link_id
+from broker.selectors import SelectorSchema, parse_selector_schema
 from common.errors import AccessDenied, InvalidParameter, NotTaken
 
 __all__ = [
@@ -111,6 +114,11 @@ class PubsubService:
         #: topic -> (from and until when it holds, its recipient links): the fan-out asks per
         #: message, subscriptions change rarely; every change of `_by_topic` empties it
         self._links: dict[str, tuple[int, int, tuple[tuple[str, str], ...]]] = {}
+        #: (topic, revision, text) -> its parsed selector schema
+        self._schemas: dict[tuple[str, int, str], SelectorSchema] = {}
+        #: the topic's message-schema check (§5.3), given the parsed message: raises
+        #: InvalidMessage (561). Set by whoever provides message schemas; None: no check.
+        self.message_validator: Callable[[Topic, Any], None] | None = None
         for sub in core.subscriptions:
             if sub.state is SubscriptionState.ACTIVE:
                 self._remember(sub)
@@ -283,30 +291,44 @@ class PubsubService:
                options: Mapping[str, str] | None = None, *,
                publish_type: PublishType = PublishType.UPDATE, message_id: str | None = None,
                permission_token: str | None = None,
-               publisher_seq: int | None = None, revision_id: str | None = None,
-               expiration_date: str | None = None) -> Publication:
+               publisher_seq: int | None = None) -> Publication:
         """§4.7.1 step 1 (550 for an unknown topic) after the `core:data` check (537).
         The keywords are what the publisher said of the message (its publish type, data item,
-        permission token and own seq), journaled with it; `revision_id` and `expiration_date`
-        are the message's content-based headers (§5.2.1; 553 if they do not parse). 553 for a
-        message that would take its data item past the item store's limits
-        (broker/robust/items.py: send an image). 537 on a well-known topic: only the service
-        publishes there (§6)."""
+        permission token and own seq), journaled with it. 553 for a message that would take its
+        data item past the item store's limits (broker/robust/items.py: send an image). 537 on
+        a well-known topic: only the service publishes there (content-based §6)."""
         self._check(originator, "core:data", topic)
         if topic in WELL_KNOWN_TOPICS:
             raise AccessDenied(f"{topic} is published by the service alone")
-        if topic not in self.core.topics:
+        described = self.core.topics.get(topic)
+        if described is None:
             raise NotTaken(f"no topic {topic!r} at {self.domain}")
-        parse_revision(revision_id)
-        expiration_date = parse_expiration(expiration_date)
-        if message_id is not None:
-            self.core.items.check_publish(topic, message_id, publish_type, len(content))
+        validate = self.message_validator
+        got = ingest(content, content_type, topic=topic, publisher=originator,
+                     now=self._clock(), schema=self._selector_schema(described),
+                     validate=None if validate is None else partial(validate, described),
+                     message_id=message_id)
+        if got.message_id is not None:
+            self.core.items.check_publish(topic, got.message_id, publish_type, len(content))
         return Publication(topic=topic, source=originator, content=content,
                            content_type=content_type, options=dict(options or {}),
-                           publish_type=publish_type, message_id=message_id,
-                           permission_token=permission_token, publisher_seq=publisher_seq,
-                           revision_id=None if revision_id is None else revision_id.strip(),
-                           expiration_date=expiration_date)
+                           publish_type=publish_type, message_id=got.message_id,
+                           revision_id=got.revision_id, publication_date=got.publication_date,
+                           expiration_date=got.expiration_date, fields=got.fields,
+                           permission_token=permission_token, publisher_seq=publisher_seq)
+
+    def _selector_schema(self, topic: Topic) -> SelectorSchema | None:
+        """The topic's selector schema, parsed once per topic revision; None: §5.5.1's
+        default, every field of the message."""
+        if topic.selector_schema is None:
+            return None
+        key = (topic.name, topic.revision, topic.selector_schema)
+        found = self._schemas.get(key)
+        if found is None:
+            if len(self._schemas) >= _LINKS_KEPT:
+                self._schemas.clear()
+            found = self._schemas[key] = parse_selector_schema(topic.selector_schema)
+        return found
 
     def entitled(self, entry: JournalEntry, subscriber: str, *, live: bool = False) -> bool:
         """May `subscriber` receive `entry` now? Not once it has expired (broker/expiry.py;

@@ -1,7 +1,7 @@
 """Expiration (content-based draft §5.2.1) over the wire: real Kafka, real BEEP over TCP.
 Expired messages are not delivered, cached or snapshotted; `0` goes to the current subscribers
 once; a gap fill for a seq whose message has expired since gets a stamp without content (the
-link stays contiguous); a header that does not parse is refused with 553 and journals nothing.
+link stays contiguous); a header that does not parse is refused with 561 and journals nothing.
 The service's clock is moved forward rather than waited for."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from adapters.client.pubsub_client import Delivered, LinkEvent, PubsubClient
 from broker.kafka_io import KafkaConfig
 from broker.records import now_ms
 from broker.robust.config import RobustConfig
-from common.errors import InvalidParameter
+from common.errors import InvalidMessage
 from tests.integration.test_cached_messages import FUTURE, PAST, TOPIC, doc, is_live, place, until
 
 pytestmark = pytest.mark.kafka
@@ -93,11 +93,11 @@ async def _bad_headers(config: KafkaConfig) -> None:
         await pub.create_topic(TOPIC)
         await jade.subscribe(TOPIC, 600)
         events = jade.events()
-        for exp in ("tomorrow", "2030-03-15", "2030-03-15T12:15:00"):
-            with pytest.raises(InvalidParameter, match="expiration-date"):
+        for exp in ("tomorrow", "2030-13-15T12:15:00Z", "**"):
+            with pytest.raises(InvalidMessage, match="expiration-date"):
                 await pub.publish(TOPIC, doc(1, "1", 1, exp), "application/xml")
         bad_revision = doc(1, "1", 1, None).replace(b">1</ps:revision-id>", b">-1</ps:revision-id>")
-        with pytest.raises(InvalidParameter, match="revision-id"):
+        with pytest.raises(InvalidMessage, match="revision-id"):
             await pub.publish(TOPIC, bad_revision, "application/xml")
         await pub.publish(TOPIC, doc(2, "1", 1, None), "application/xml")
         (first,) = [e for e in await until(events, lambda e: is_live(e, 2))
@@ -109,6 +109,6 @@ async def _bad_headers(config: KafkaConfig) -> None:
 
 def test_headers_that_do_not_parse_are_refused_and_journal_nothing(
         kafka_config: KafkaConfig) -> None:
-    """553 for an expiration-date or revision-id that does not parse; the journal stays as
-    it was (the next message takes source seq 1)."""
+    """561 (the ingest's) for an expiration-date or revision-id that does not parse; the
+    journal stays as it was (the next message takes source seq 1)."""
     asyncio.run(_bad_headers(kafka_config))
