@@ -18,22 +18,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict
+from pathlib import Path
 from typing import IO, Any
 
 import structlog
 
+from adapters.apex.pubsub_codec import message_schema_element, selector_schema_elements
 from adapters.apex.robust_codec import Stamp
 from adapters.cli import loop as event_loop
 from adapters.cli.client_cmd import FOREVER, _common, add_reconnect_option, content_fields
 from adapters.cli.security import client_security
+from adapters.client.content import check_expires, message_content
 from adapters.client.publisher import (
     DEFAULT_MAX_IN_FLIGHT,
     DEFAULT_WINDOW,
@@ -49,6 +53,8 @@ from adapters.client.reconnect import (
     ReconnectPolicy,
 )
 from adapters.client.robust_client import Message, RobustSubscriber
+from broker.pubsub.ingest import MAX_REVISION
+from common.errors import ParameterSyntaxError
 
 __all__ = ["register"]
 
@@ -75,7 +81,8 @@ async def _topic(args: argparse.Namespace) -> int:
     client = await _connect(args)
     try:
         if args.action == "create":
-            await client.create_topic(args.name)
+            await client.create_topic(args.name, description=args.description,
+                                      **_schemas(args))
             print(f"created {args.name}")
         elif args.action == "delete":
             await client.delete_topic(args.name)
@@ -86,6 +93,24 @@ async def _topic(args: argparse.Namespace) -> int:
     finally:
         await client.close()
     return 0
+
+
+def _schemas(args: argparse.Namespace) -> dict[str, Any]:
+    """createtopic's schema elements from `--schema FILE.xsd|NAME` and `--selector-schema`.
+
+    `--schema` is a file when one exists by that name (or the name ends in .xsd or holds a
+    slash); otherwise it names the topic whose message schema the new topic takes."""
+    out: dict[str, Any] = {}
+    given = args.schema
+    if given is not None:
+        path = Path(given)
+        if path.is_file() or given.endswith(".xsd") or "/" in given:
+            out["message_schema"] = message_schema_element(path.read_bytes())
+        else:
+            out["message_schema"] = message_schema_element(named=given)
+    if args.selector_schema is not None:
+        out["selector_schemas"] = selector_schema_elements(Path(args.selector_schema).read_bytes())
+    return out
 
 
 def _read_all(path: str) -> bytes:
@@ -153,6 +178,18 @@ def _say(text: str) -> None:
     print(f"apexps: {text}", file=sys.stderr, flush=True)
 
 
+_DEFAULT_TYPE = "application/octet-stream"
+
+
+def _envelope(args: argparse.Namespace) -> Callable[[bytes], bytes] | None:
+    """With --revision or --expires, each body goes inside `ps:message-content` carrying them
+    (and --message-id): the draft's headers travel in the content (§5.2)."""
+    if args.revision is None and args.expires is None:
+        return None
+    return functools.partial(message_content, message_id=args.message_id,
+                             revision=args.revision, expires=args.expires)
+
+
 async def _publish(args: argparse.Namespace) -> int:
     body = None if args.lines else _read_all(args.file)
     host, port = args.server
@@ -160,6 +197,10 @@ async def _publish(args: argparse.Namespace) -> int:
                                         **client_security(args))
     meta: dict[str, Any] = {"publish_type": args.type, "message_id": args.message_id,
                             "token": args.token}
+    wrap = _envelope(args)
+    content_type = args.content_type
+    if wrap is not None and content_type == _DEFAULT_TYPE:
+        content_type = "application/xml"  # the envelope is XML whatever the body is
     stats = PublisherStats()
     reporter: asyncio.Task[None] | None = None
     try:
@@ -169,7 +210,8 @@ async def _publish(args: argparse.Namespace) -> int:
         assert isinstance(client.client, ReconnectingApexClient)
         client.client.add_listener(progress.connection)
         if body is not None:
-            await publisher.send(args.topic, body, args.content_type, **meta)
+            await publisher.send(args.topic, body if wrap is None else wrap(body), content_type,
+                                 **meta)
         else:
             reporter = asyncio.create_task(progress.run(publisher))
             stream = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")  # noqa: SIM115
@@ -178,7 +220,8 @@ async def _publish(args: argparse.Namespace) -> int:
                     if stats.errors:
                         break  # the service said no: stop here (flush reports it)
                     progress.read += 1
-                    await publisher.send(args.topic, line, args.content_type, **meta)
+                    await publisher.send(args.topic, line if wrap is None else wrap(line),
+                                         content_type, **meta)
         await publisher.flush()
     finally:
         if reporter is not None:
@@ -313,6 +356,16 @@ def register(sub: Any) -> None:
         each = actions.add_parser(action, help=text, description=text[0].upper() + text[1:] + ".")
         if action != "list":
             each.add_argument("name", metavar="NAME", help="the topic")
+        if action == "create":
+            each.add_argument(
+                "--schema", metavar="FILE.xsd|NAME",
+                help="the message schema every publication must satisfy (561 otherwise): an"
+                     " XML Schema file, or the name of a topic whose message schema to take")
+            each.add_argument(
+                "--selector-schema", metavar="FILE",
+                help="what subscribers may select on: a <selector-schema class='JMS'> file"
+                     " (several inside <selector-schemas>); without it, the message schema")
+            each.add_argument("--description", help="what the topic carries, in a sentence")
         _common(each)
         each.set_defaults(func=_run_topic)
 
@@ -339,12 +392,20 @@ def register(sub: Any) -> None:
     pub.add_argument("--lines", action="store_true",
                      help="one message per input line (without its line end); progress every"
                           f" {PROGRESS_EVERY_S:g} s on stderr")
-    pub.add_argument("--content-type", default="application/octet-stream", metavar="TYPE",
+    pub.add_argument("--content-type", default=_DEFAULT_TYPE, metavar="TYPE",
                      help="media type of each message (default: %(default)s)")
     pub.add_argument("--type", default="update", choices=PUBLISH_TYPES,
                      help="the publish type of every message (XEP-0040; default: %(default)s)")
     pub.add_argument("--message-id", metavar="ID",
                      help="the data item the messages act on, with the topic (e.g. IBM)")
+    pub.add_argument("--revision", type=_revision, metavar="R",
+                     help="revision-id header (0..2147483647): replaces earlier revisions of"
+                          " the same --message-id (draft §5.2.1); wraps each message in"
+                          " ps:message-content")
+    pub.add_argument("--expires", type=_expires, metavar="DATE|0|*",
+                     help="expiration-date header: an ISO 8601 date-time, 0 (deliver to"
+                          " current subscribers only, never cache) or * (never expires);"
+                          " wraps each message in ps:message-content")
     pub.add_argument("--token", metavar="TOKEN",
                      help="the in-band permission token every message carries")
     pub.add_argument("--window", type=_positive, default=DEFAULT_WINDOW, metavar="N",
@@ -404,6 +465,19 @@ examples:
   apexps subscribe --as jade@example.com --topic equity.quote \\
       --link desk-1 --state desk-1.json
 """
+
+
+def _revision(text: str) -> int:
+    if not text.isdigit() or int(text) > MAX_REVISION:
+        raise argparse.ArgumentTypeError(f"a revision is 0..{MAX_REVISION}, not {text!r}")
+    return int(text)
+
+
+def _expires(text: str) -> str:
+    try:
+        return check_expires(text)
+    except ParameterSyntaxError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive(text: str) -> int:

@@ -25,7 +25,7 @@ SENT = [
     (b"<q bid='3' />", PublishType.CORRECTION, "IBM", "6747", 3),
     (b"<q />", PublishType.DROP, "IBM", None, None),
     (b"<q sym='MSFT' />", PublishType.ADD, "MSFT", "12", 5),
-    (b"plain", PublishType.UPDATE, None, None, None),
+    (b"<plain />", PublishType.UPDATE, None, None, None),  # XML: parsed at ingest (561 if not)
 ]
 
 BAD = [
