@@ -246,9 +246,15 @@ class PubsubClient:
             raise exc
         return answer
 
-    async def create_topic(self, topic: str) -> None:
+    async def create_topic(self, topic: str, *, description: str | None = None,
+                           message_schema: str | None = None,
+                           selector_schemas: tuple[str, ...] = ()) -> None:
+        """createtopic; the schemas are the `<message-schema>` and `<selector-schema>`
+        elements' XML (`pubsub_codec.schema_elements` makes them from files). Raises the
+        refusal: 553 for a schema refused, 566 for a selector class the broker lacks."""
         trans = self.new_trans_id()
-        await self._ask(CreateTopic(topic, trans), trans)
+        await self._ask(CreateTopic(topic, trans, description, (), message_schema,
+                                    selector_schemas), trans)
 
     async def delete_topic(self, topic: str) -> None:
         trans = self.new_trans_id()

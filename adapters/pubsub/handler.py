@@ -264,7 +264,9 @@ class PubsubHandler:
         """One management operation, in a worker thread; returns the data to send."""
         who, svc = str(originator), self.service
         if isinstance(op, CreateTopic):
-            svc.create_topic(who, op.topic)
+            svc.create_topic(who, op.topic, description=op.description,
+                             message_schema=op.message_schema,
+                             selector_schemas=op.selector_schemas)
             return [self._data(originator, Reply(250, op.trans_id))]
         if isinstance(op, DeleteTopic):
             ended = svc.delete_topic(who, op.topic)

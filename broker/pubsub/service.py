@@ -8,8 +8,9 @@ wire adapter turns that into the `reply` element carrying the operation's transI
 go to Kafka first (`Registry.put` returns once the compacted topic holds the record) and only
 then to memory, so what a caller was told is what a restart rebuilds.
 
-Publishing: `accept(...)` checks `core:data` and the topic (550 for an unknown one) and hands back
-the `Publication` to append; the caller answers `ok` once the journal says it is durable.
+Publishing: `accept(...)` checks `core:data`, the topic (550 for an unknown one) and the topic's
+message schema (561, content-based draft §5.9.1; `schemas.py`) and hands back the `Publication`
+to append; the caller answers `ok` once the journal says it is durable.
 Forwarding does not start here: a follower reads the journal back (`broker.pubsub.follower`) and
 asks `recipients(topic)` for each record, so what subscribers get is what Kafka holds.
 
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import heapq
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
@@ -47,8 +48,17 @@ from broker.records import (
     now_ms,
 )
 from broker.robust.linkid import default_link_id, validate_link_id
-from broker.selectors import SelectorSchema, parse_selector_schema
-from common.errors import AccessDenied, InvalidParameter, NotTaken
+from broker.selectors import SelectorSchema
+from common.errors import (
+    AccessDenied,
+    InvalidMessage,
+    InvalidParameter,
+    MessageNotConforming,
+    NotTaken,
+)
+
+from . import schemas
+from .ingest import is_xml
 
 __all__ = [
     "MAX_DURATION_S",
@@ -92,6 +102,13 @@ def redistributor_local(topic: str) -> str:
     return f"{SERVICE}/{topic}"
 
 
+def _validate_message(topic: Topic, root: Any) -> None:
+    """Content-based §5.9.1: 561 for a message (ingest's one parse of it) that its topic's
+    message schema refuses (broker/pubsub/schemas.py)."""
+    if topic.message_schema is not None:
+        schemas.TopicSchemas.of(topic).validate(root)
+
+
 def _domain(endpoint: str) -> str:
     return endpoint.rpartition("@")[2].lower()
 
@@ -111,11 +128,9 @@ class PubsubService:
         #: topic -> (from and until when it holds, its recipient links): the fan-out asks per
         #: message, subscriptions change rarely; every change of `_by_topic` empties it
         self._links: dict[str, tuple[int, int, tuple[tuple[str, str], ...]]] = {}
-        #: (topic, revision, text) -> its parsed selector schema
-        self._schemas: dict[tuple[str, int, str], SelectorSchema] = {}
         #: the topic's message-schema check (§5.3), given the parsed message: raises
-        #: InvalidMessage (561). Set by whoever provides message schemas; None: no check.
-        self.message_validator: Callable[[Topic, Any], None] | None = None
+        #: InvalidMessage (561). None: no check.
+        self.message_validator: Callable[[Topic, Any], None] | None = _validate_message
         for sub in core.subscriptions:
             if sub.state is SubscriptionState.ACTIVE:
                 self._remember(sub)
@@ -137,16 +152,33 @@ class PubsubService:
             raise InvalidParameter(f"topic {topic!r} does not exist")
         return found
 
-    def create_topic(self, originator: str, topic: str) -> Topic:
-        """§4.2: 537 without pubsub:createtopic, 553 if the topic exists (or is not a name)."""
+    def create_topic(self, originator: str, topic: str, *, description: str | None = None,
+                     message_schema: str | None = None,
+                     selector_schemas: Iterable[str] = ()) -> Topic:
+        """§4.2: 537 without pubsub:createtopic, 553 if the topic exists (or is not a name).
+        Content-based §6.2.3: the `<message-schema>` and `<selector-schema>` elements' XML;
+        553 for a schema refused, 566 for a selector class apexps lacks (schemas.prepare) —
+        and then no topic."""
         self._check(originator, "pubsub:createtopic")
         validate_topic(topic)
         if topic in self.core.topics:
             raise InvalidParameter(f"topic {topic!r} already exists")
-        created = self.core.topics.put(Topic(name=topic, created_at=self._clock(),
-                                             owner=originator))
-        log.info("topic created", topic=topic, by=originator)
+        message, selector = schemas.prepare(message_schema, selector_schemas,
+                                            named=self.core.topics.get)
+        created = self.core.topics.put(Topic(
+            name=topic, created_at=self._clock(), owner=originator, description=description,
+            message_schema=message, selector_schema=selector))
+        log.info("topic created", topic=topic, by=originator,
+                 message_schema=message is not None, selector_schema=selector is not None)
         return created
+
+    def topic_schemas(self, topic: str) -> schemas.TopicSchemas:
+        """The compiled schemas of `topic` (550 if there is none): what subscribe checks a
+        selector against (`schemas.check_selector`) and what publications must satisfy."""
+        found = self.core.topics.get(topic)
+        if found is None:
+            raise NotTaken(f"no topic {topic!r} at {self.domain}")
+        return schemas.TopicSchemas.of(found)
 
     def delete_topic(self, originator: str, topic: str) -> list[Subscription]:
         """§4.3: 537, 553 for an unknown topic. Its subscriptions end with it; they are
@@ -291,10 +323,18 @@ class PubsubService:
         if described is None:
             raise NotTaken(f"no topic {topic!r} at {self.domain}")
         validate = self.message_validator
-        got = ingest(content, content_type, topic=topic, publisher=originator,
-                     now=self._clock(), schema=self._selector_schema(described),
-                     validate=None if validate is None else partial(validate, described),
-                     message_id=message_id)
+        try:
+            if described.message_schema is not None and not is_xml(content_type):
+                raise MessageNotConforming(f"topic {topic!r} has a message schema: its"
+                                           f" messages are XML, not {content_type!r}")
+            got = ingest(content, content_type, topic=topic, publisher=originator,
+                         now=self._clock(), schema=self._selector_schema(described),
+                         validate=None if validate is None else partial(validate, described),
+                         message_id=message_id)
+        except InvalidMessage as exc:
+            log.info("publication refused", topic=topic, publisher=originator,
+                     code=int(exc.code), reason=str(exc))
+            raise
         if got.message_id is not None:
             self.core.items.check_publish(topic, got.message_id, publish_type, len(content))
         return Publication(topic=topic, source=originator, content=content,
@@ -305,17 +345,10 @@ class PubsubService:
                            permission_token=permission_token, publisher_seq=publisher_seq)
 
     def _selector_schema(self, topic: Topic) -> SelectorSchema | None:
-        """The topic's selector schema, parsed once per topic revision; None: §5.5.1's
-        default, every field of the message."""
-        if topic.selector_schema is None:
-            return None
-        key = (topic.name, topic.revision, topic.selector_schema)
-        found = self._schemas.get(key)
-        if found is None:
-            if len(self._schemas) >= _LINKS_KEPT:
-                self._schemas.clear()
-            found = self._schemas[key] = parse_selector_schema(topic.selector_schema)
-        return found
+        """The names ingest keeps in `fields`: the topic's selector schema, or §5.5.1's default
+        (its message schema and the headers); None, every field, when neither names any."""
+        found = schemas.TopicSchemas.of(topic).selector
+        return found if found is not None and found.types else None
 
     def entitled(self, entry: JournalEntry, subscriber: str) -> bool:
         """May `subscriber` receive `entry`? Only its permission token (XEP-0040 §5.1) can
