@@ -13,7 +13,10 @@ Where the DTD and the prose disagree (docs/pubsub-service.md) apexps reads:
 `subscribe` takes apexps's optional `link` (docs/robust-binding.md §3): the link its data
 travel on; None means the default, the subscriber endpoint; `snapshot` (§9): 'true' asks for
 the current state of the topic's data items first; and `batch` (§5.4): the link's live data may
-come packed, up to that many per `<batch>`.
+come packed, up to that many per `<batch>`. From the content-based draft (§5.8) it takes
+`cached`: any non-empty value asks for the topic's cached messages first, as the draft says
+("the cached attribute of the subscribe element with a non-empty value"; apexps writes
+`cached='true'`); empty or absent, only new messages.
 Encoding uses the drafts' layout (single quotes, " />") so their examples are golden test data.
 """
 
@@ -92,6 +95,8 @@ class Subscribe:
     #: the subscriber takes the link's live data packed too, up to this many per `<batch>`
     #: (docs/robust-binding.md §5.4)
     batch: int | None = None
+    #: content-based §5.8: the topic's cached messages first, then live data
+    cached: bool = False
 
     def __post_init__(self) -> None:
         if self.batch is not None and (type(self.batch) is not int
@@ -168,7 +173,7 @@ def decode_pubsub(content: bytes) -> PubsubOperation:
     if tag == "subscribe":
         _empty(root)
         a = _attrs(root, {"subscriber", "topic", "transID", "duration", "link", "snapshot",
-                          "batch"}, {"subscriber", "topic", "transID", "duration"})
+                          "batch", "cached"}, {"subscriber", "topic", "transID", "duration"})
         # A duration ≤ 0 is well-formed: the service answers it with 553 (§4.5 step 3).
         duration = _number(a["duration"], "duration", -MAX_SECONDS, MAX_SECONDS)
         link = validate_link_id(a["link"]) if "link" in a else None
@@ -177,7 +182,7 @@ def decode_pubsub(content: bytes) -> PubsubOperation:
             raise ParameterSyntaxError("snapshot is true or false")
         batch = _number(a["batch"], "batch", 1, MAX_BATCH_ITEMS) if "batch" in a else None
         return Subscribe(Endpoint.parse(a["subscriber"]), a["topic"], _trans_id(a), duration,
-                         link, snapshot == "true", batch)
+                         link, snapshot == "true", batch, bool(a.get("cached", "").strip()))
     if tag == "cancel":
         _empty(root)
         a = _attrs(root, {"subscriber", "topic", "transID"}, {"topic", "transID"})
@@ -268,7 +273,8 @@ def encode_pubsub(op: PubsubOperation) -> bytes:
                 f" duration='{op.duration}' transID='{op.trans_id}'"
                 f"{'' if op.link is None else f' link={_quote(op.link)}'}"
                 f"{' snapshot=' + _quote('true') if op.snapshot else ''}"
-                f"{'' if op.batch is None else f' batch={_quote(str(op.batch))}'} />")
+                f"{'' if op.batch is None else f' batch={_quote(str(op.batch))}'}"
+                f"{' cached=' + _quote('true') if op.cached else ''} />")
     elif isinstance(op, Cancel):
         who = "" if op.subscriber is None else f" subscriber='{_esc(str(op.subscriber))}'"
         text = f"<cancel{who} topic='{_esc(op.topic)}' transID='{op.trans_id}' />"

@@ -268,8 +268,10 @@ class PubsubClient:
     async def subscribe(self, topic: str, duration: int = 3600,
                         subscriber: Endpoint | str | None = None,
                         link: str | None = None, *, snapshot: bool = False,
-                        batch: int | _Own | None = OWN) -> None:
+                        batch: int | _Own | None = OWN, cached: bool = False) -> None:
         """`link`: the link the subscription's data travel on (default: the subscriber).
+        `cached`: the topic's cached messages first (content-based §5.8: per message-id its
+        latest unexpired revision; stamp.snapshot on a link), then live data.
         `snapshot`: the link first carries the current images and deltas of the topic's data
         items (stamp.snapshot), then live data (robust-binding §9). `batch`: the link's live
         data may come packed, up to this many per data (§5.4; None: one data each); they
@@ -279,7 +281,8 @@ class PubsubClient:
         who = self._endpoint(subscriber)
         if isinstance(batch, _Own):
             batch = DEFAULT_BATCH if who == self.endpoint else None
-        await self._ask(Subscribe(who, topic, trans, duration, link, snapshot, batch), trans)
+        await self._ask(Subscribe(who, topic, trans, duration, link, snapshot, batch, cached),
+                        trans)
 
     async def snapshot(self, topic: str, message_id: str | None = None,
                        link: str | None = None) -> None:

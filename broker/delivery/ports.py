@@ -60,8 +60,9 @@ class Routes(Protocol):
         """(subscriber, link) of every subscription to `topic` active now."""
         ...
 
-    def entitled(self, entry: JournalEntry, subscriber: str) -> bool:
-        """May `subscriber` see `entry` now (permission tokens)?"""
+    def entitled(self, entry: JournalEntry, subscriber: str, *, live: bool = False) -> bool:
+        """May `subscriber` see `entry` now (permission tokens, expiry, private topics)?
+        `live`: asked by the live fan-out, forwarding it for the first time."""
         ...
 
     def link_topics(self, link: str) -> Mapping[str, str]:

@@ -36,8 +36,11 @@ from typing import Any, Protocol
 import structlog
 
 from broker.core import BrokerCore
-from broker.names import SERVICE, validate_topic
+from broker.expiry import expired
+from broker.names import SERVICE, WELL_KNOWN_TOPICS, validate_topic
+from broker.pubsub import wkt
 from broker.pubsub.ingest import ingest
+from broker.pubsub.wkt import SUBSCRIPTIONS_TOPIC
 from broker.records import (
     JournalEntry,
     Publication,
@@ -147,6 +150,8 @@ class PubsubService:
 
     def _existing(self, topic: str) -> Topic:
         validate_topic(topic)
+        if topic in WELL_KNOWN_TOPICS:  # the service's own, always there (§6)
+            return Topic(name=topic, created_at=0, owner=self.endpoint)
         found = self.core.topics.get(topic)
         if found is None:
             raise InvalidParameter(f"topic {topic!r} does not exist")
@@ -161,7 +166,7 @@ class PubsubService:
         and then no topic."""
         self._check(originator, "pubsub:createtopic")
         validate_topic(topic)
-        if topic in self.core.topics:
+        if topic in self.core.topics or topic in WELL_KNOWN_TOPICS:
             raise InvalidParameter(f"topic {topic!r} already exists")
         message, selector = schemas.prepare(message_schema, selector_schemas,
                                             named=self.core.topics.get)
@@ -185,6 +190,8 @@ class PubsubService:
         returned so each subscriber can be told (the cancel the service may initiate)."""
         self._check(originator, "pubsub:deletetopic")
         self._existing(topic)
+        if topic in WELL_KNOWN_TOPICS:
+            raise AccessDenied(f"{topic} is a well-known topic of the service (§6)")
         self.core.topics.delete(topic)
         with self._lock:
             ended = list(self._by_topic.pop(topic, {}).values())
@@ -221,6 +228,9 @@ class PubsubService:
         caller queues the snapshot and activates in one event-loop step, robust-binding §9)."""
         self._check(originator, "pubsub:subscribe", topic)
         self._existing(topic)
+        if topic == SUBSCRIPTIONS_TOPIC and subscriber != originator:
+            # §6.3.1: each endpoint reads its own subscriptions, nobody another's
+            raise AccessDenied(f"{originator} may not read the subscriptions of {subscriber}")
         if duration_s <= 0:
             raise InvalidParameter(f"duration must be positive, not {duration_s}")
         if duration_s > MAX_DURATION_S:
@@ -254,7 +264,7 @@ class PubsubService:
         for a topic this domain does not have."""
         self._check(originator, "pubsub:subscribe", topic)
         validate_topic(topic)
-        if topic not in self.core.topics:
+        if topic not in self.core.topics and topic not in WELL_KNOWN_TOPICS:
             raise NotTaken(f"no topic {topic!r} at {self.domain}")
 
     def cancel(self, originator: str, subscriber: str, topic: str) -> Subscription | Forward | None:
@@ -317,8 +327,11 @@ class PubsubService:
         """§4.7.1 step 1 (550 for an unknown topic) after the `core:data` check (537).
         The keywords are what the publisher said of the message (its publish type, data item,
         permission token and own seq), journaled with it. 553 for a message that would take its
-        data item past the item store's limits (broker/robust/items.py: send an image)."""
+        data item past the item store's limits (broker/robust/items.py: send an image). 537 on
+        a well-known topic: only the service publishes there (content-based §6)."""
         self._check(originator, "core:data", topic)
+        if topic in WELL_KNOWN_TOPICS:
+            raise AccessDenied(f"{topic} is published by the service alone")
         described = self.core.topics.get(topic)
         if described is None:
             raise NotTaken(f"no topic {topic!r} at {self.domain}")
@@ -350,10 +363,17 @@ class PubsubService:
         found = schemas.TopicSchemas.of(topic).selector
         return found if found is not None and found.types else None
 
-    def entitled(self, entry: JournalEntry, subscriber: str) -> bool:
-        """May `subscriber` receive `entry`? Only its permission token (XEP-0040 §5.1) can
-        withhold it: a grant must cover the token and no deny may (broker/entitlements.py);
-        a message without a token goes to every subscriber of its topic."""
+    def entitled(self, entry: JournalEntry, subscriber: str, *, live: bool = False) -> bool:
+        """May `subscriber` receive `entry` now? Not once it has expired (broker/expiry.py;
+        `live`: the live fan-out asks, where an expiration of `0` still goes), not if its
+        permission token (XEP-0040 §5.1) is not granted to the subscriber or is denied
+        (broker/entitlements.py), and on WKT=Subscriptions only if it describes one of the
+        subscriber's own subscriptions (content-based §6.3.1)."""
+        exp = entry.expiration_date
+        if exp is not None and expired(exp, self._clock(), live=live):
+            return False
+        if entry.topic == SUBSCRIPTIONS_TOPIC and not wkt.is_own(entry, subscriber):
+            return False
         token = entry.permission_token
         return token is None or self.access.token_allowed(subscriber, token, entry.topic)
 

@@ -145,7 +145,7 @@ class FakeRoutes:
     def recipient_links_now(self, topic: str) -> Sequence[tuple[str, str]]:
         return tuple(self.subs.get(topic, {}).items())
 
-    def entitled(self, entry: JournalEntry, subscriber: str) -> bool:
+    def entitled(self, entry: JournalEntry, subscriber: str, *, live: bool = False) -> bool:
         token = entry.permission_token
         return token is None or (subscriber, token) not in self.denied
 
