@@ -208,8 +208,14 @@ def test_a_uri_to_fetch_is_refused_and_a_named_topic_is_copied() -> None:
      " base='xsd:string'><xsd:pattern value='(a|aa)*b'/></xsd:restriction></xsd:simpleType>"
      "</xsd:element></message-schema>", "quantifies a group"),
     (f"<message-schema {XS}><xsd:element name='a'><xsd:complexType><xsd:sequence"
-     " maxOccurs='1000'><xsd:choice maxOccurs='1000'><xsd:element name='b'/></xsd:choice>"
-     "</xsd:sequence></xsd:complexType></xsd:element></message-schema>", "multiply past"),
+     " maxOccurs='10'><xsd:choice maxOccurs='10'><xsd:element name='b'/></xsd:choice>"
+     "</xsd:sequence></xsd:complexType></xsd:element></message-schema>", "repeats inside"),
+    (f"<message-schema {XS}><xsd:element name='a'><xsd:complexType><xsd:choice"
+     " maxOccurs='unbounded'><xsd:element name='c' maxOccurs='unbounded'/><xsd:element"
+     " name='d'/></xsd:choice></xsd:complexType></xsd:element></message-schema>",
+     "repeats inside"),
+    (f"<message-schema {XS}><xsd:element name='a' maxOccurs='x'/></message-schema>",
+     "maxOccurs"),
     ("<message-schema><a/></message-schema>", "declarations"),
     ("<message-schema><!DOCTYPE x></message-schema>", "not well-formed|DOCTYPE"),
     ("<!DOCTYPE m [<!ENTITY e SYSTEM 'file:///etc/passwd'>]><message-schema>&e;"
@@ -316,3 +322,23 @@ def test_a_selector_schema_for_a_class_apexps_lacks_is_566_and_a_uri_553() -> No
         prepare(None, ["<selector-schema class='XPath'/>"])
     with pytest.raises(InvalidSchema, match="fetches no uri"):
         prepare(None, ["<selector-schema class='JMS' uri='http://example.com/s.xsd'/>"])
+
+
+def test_repetition_is_accepted_once_per_content_model() -> None:
+    """What stays linear is accepted: a repeating choice of single elements, a counted element,
+    and repetition again inside a repeated element's own type (a new content model)."""
+    one_level = (f"<message-schema {XS}><xsd:element name='a'><xsd:complexType>"
+                 "<xsd:choice maxOccurs='unbounded'><xsd:element name='c'/>"
+                 "<xsd:element name='d' maxOccurs='1'/></xsd:choice></xsd:complexType>"
+                 "</xsd:element></message-schema>")
+    counted = (f"<message-schema {XS}><xsd:element name='a'><xsd:complexType><xsd:sequence>"
+               "<xsd:element name='c' maxOccurs='100000'><xsd:complexType><xsd:sequence"
+               " maxOccurs='unbounded'><xsd:element name='e'/></xsd:sequence></xsd:complexType>"
+               "</xsd:element></xsd:sequence></xsd:complexType></xsd:element></message-schema>")
+    for text in (one_level, counted):
+        message, _ = prepare(text)
+        assert message is not None
+    checked = TopicSchemas.of(topic(counted, name="counted"))
+    checked.validate(b"<a>" + b"<c><e/><e/></c>" * 1000 + b"</a>")
+    with pytest.raises(MessageNotConforming):
+        checked.validate(b"<a>" + b"<c><e/></c>" * 1000 + b"<f/></a>")
