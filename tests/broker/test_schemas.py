@@ -335,7 +335,11 @@ def test_repetition_is_accepted_once_per_content_model() -> None:
                "<xsd:element name='c' maxOccurs='100000'><xsd:complexType><xsd:sequence"
                " maxOccurs='unbounded'><xsd:element name='e'/></xsd:sequence></xsd:complexType>"
                "</xsd:element></xsd:sequence></xsd:complexType></xsd:element></message-schema>")
-    for text in (one_level, counted):
+    in_type = (f"<message-schema {XS}><xsd:element name='a'><xsd:complexType><xsd:sequence"
+               " maxOccurs='unbounded'><xsd:element name='c'><xsd:complexType><xsd:choice"
+               " maxOccurs='unbounded'><xsd:element name='e'/></xsd:choice></xsd:complexType>"
+               "</xsd:element></xsd:sequence></xsd:complexType></xsd:element></message-schema>")
+    for text in (one_level, counted, in_type):
         message, _ = prepare(text)
         assert message is not None
     checked = TopicSchemas.of(topic(counted, name="counted"))
