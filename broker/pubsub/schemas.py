@@ -144,10 +144,46 @@ def _repeats(node: etree._Element) -> bool:
     return int(value) > 1
 
 
+def _model_repeats(top: etree._Element, repeating_groups: set[str]) -> bool:
+    """Whether a repeating particle is in `top`'s content model (an element's type is not)."""
+    stack = list(top)
+    while stack:
+        node = stack.pop()
+        name = _local(node.tag)
+        if name is None or not _is_xsd(node.tag):
+            continue
+        if name in _PARTICLES and (_repeats(node) or _ref(node) in repeating_groups):
+            return True
+        if name != "element":
+            stack.extend(node)
+    return False
+
+
+def _ref(node: etree._Element) -> str:
+    return (node.get("ref") or "").rpartition(":")[2] if _local(node.tag) == "group" else ""
+
+
+def _repeating_groups(root: etree._Element) -> set[str]:
+    """Top-level xs:group definitions with repetition inside, through references too."""
+    groups = {g.get("name", ""): g for g in root
+              if _local(g.tag) == "group" and _is_xsd(g.tag) and g.get("name")}
+    found: set[str] = set()
+    changed = True
+    while changed:  # a fixpoint: a group is repeating if a group it refers to is
+        changed = False
+        for name, group in groups.items():
+            if name not in found and _model_repeats(group, found):
+                found.add(name)
+                changed = True
+    return found
+
+
 def _check_costs(root: etree._Element) -> None:
     """Guard 2 and the cost bounds of the module docstring, in one walk (no recursion).
     The flag carried down says a repeating particle encloses the node in its content model;
-    an element's own type is a new content model."""
+    an element's own type is a new content model; a reference to a group with repetition
+    inside counts as repeating."""
+    repeating_groups = _repeating_groups(root) if _local(root.tag) == "schema" else set()
     stack: list[tuple[etree._Element, bool]] = [(root, False)]
     while stack:
         node, inside_repeat = stack.pop()
@@ -162,7 +198,10 @@ def _check_costs(root: etree._Element) -> None:
         if name == "pattern" and _QUANTIFIED_GROUP.search(node.get("value") or ""):
             raise InvalidSchema(f"xs:pattern {node.get('value', '')[:60]!r} quantifies a"
                                 " group; libxml2 may backtrack exponentially over it")
-        if name in _PARTICLES and _repeats(node):
+        if name in _PARTICLES and _repeats(node) and _ref(node) in repeating_groups:
+            raise InvalidSchema(f"xs:group {_ref(node)!r} repeats at line {node.sourceline} and"
+                                " repeats inside; libxml2 may backtrack exponentially over it")
+        if name in _PARTICLES and (_repeats(node) or _ref(node) in repeating_groups):
             if inside_repeat:
                 raise InvalidSchema(
                     f"xs:{name} at line {node.sourceline} repeats inside a repeating particle;"

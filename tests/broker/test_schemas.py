@@ -216,6 +216,12 @@ def test_a_uri_to_fetch_is_refused_and_a_named_topic_is_copied() -> None:
      "repeats inside"),
     (f"<message-schema {XS}><xsd:element name='a' maxOccurs='x'/></message-schema>",
      "maxOccurs"),
+    (f"<message-schema {XS}><xsd:group name='g'><xsd:choice><xsd:element name='c'"
+     " maxOccurs='unbounded'/><xsd:element name='d'/></xsd:choice></xsd:group>"
+     "<xsd:group name='h'><xsd:sequence><xsd:group ref='g'/></xsd:sequence></xsd:group>"
+     "<xsd:element name='a'><xsd:complexType><xsd:choice maxOccurs='unbounded'>"
+     "<xsd:group ref='h'/></xsd:choice></xsd:complexType></xsd:element></message-schema>",
+     "repeats inside"),
     ("<message-schema><a/></message-schema>", "declarations"),
     ("<message-schema><!DOCTYPE x></message-schema>", "not well-formed|DOCTYPE"),
     ("<!DOCTYPE m [<!ENTITY e SYSTEM 'file:///etc/passwd'>]><message-schema>&e;"
