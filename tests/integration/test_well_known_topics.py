@@ -223,3 +223,29 @@ def test_topics_topic_is_reconciled_with_the_registry_at_start(kafka_config: Kaf
                                                                ) -> None:
     """A topic the journal has no WKT=Topics message about gets one when the broker starts."""
     asyncio.run(_reconciled(kafka_config))
+
+
+async def _expired(config: KafkaConfig) -> None:
+    async with BrokerApp(config, robust=QUIET) as app:
+        offset = [0]
+        app.service._clock = lambda: now_ms() + offset[0]  # the clock port, moved forward
+        jade = await PubsubClient.connect("127.0.0.1", app.port, "jade@example.com")
+        await jade.create_topic("q.short")
+        events = jade.events()
+        await jade.subscribe(SUBS, 86_400)
+        await jade.subscribe("q.short", 600)
+        await until(events, lambda e: isinstance(e, Delivered) and b"q.short" in e.content)
+        offset[0] = 700_000
+        await jade.list_topics()  # any request wakes the expiry timer to the moved clock
+        got = await until(events, lambda e: isinstance(e, Delivered) and b"q.short" in e.content)
+        ended = got[-1]
+        assert isinstance(ended, Delivered)
+        assert field(ended, "current-status") == "TERMINATED"
+        assert field(ended, "reason") == "expired"
+        await jade.close()
+
+
+def test_an_expired_subscription_shows_terminated_with_its_reason(kafka_config: KafkaConfig,
+                                                                   ) -> None:
+    """A subscription whose duration runs out is published TERMINATED, reason expired."""
+    asyncio.run(_expired(kafka_config))
