@@ -38,8 +38,10 @@ import structlog
 
 from adapters.apex.codec import BEEP_XML, Data, Option, TargetHop
 from adapters.apex.endpoint import Endpoint
+from adapters.apex.inre import in_re_option
 from adapters.apex.options import hop_limit
 from adapters.apex.pubsub_codec import (
+    SUBSCRIPTION_ID,
     Cancel,
     CreateTopic,
     DeleteTopic,
@@ -285,7 +287,8 @@ class PubsubHandler:
                 self.links.check_owner(link, whom)  # 537 before anything is recorded
                 claim = functools.partial(self.sequenced.claim, link, whom)
             result = svc.subscribe(who, whom, op.topic, op.duration, op.trans_id,
-                                   link=op.link, claim=claim, activate=not op.snapshot)
+                                   link=op.link, claim=claim, activate=not op.snapshot,
+                                   selector_class=op.selector_class, selector=op.selector)
             if isinstance(result, Forward):
                 return [self._forward(originator, op, result)]
             if self.sequenced is not None:
@@ -293,10 +296,11 @@ class PubsubHandler:
                 self._loop.call_soon_threadsafe(self.sequenced.batch_live, link, op.batch)
             if op.snapshot:
                 self._on_loop(self._open_with_snapshot, result, link)
-            return [self._data(originator, Reply(250, op.trans_id))]
+            return [self._data(originator, Reply(250, op.trans_id,
+                                                 subscription_id=result.subscription_id))]
         if isinstance(op, Cancel):
             subject = op.subscriber or originator
-            gone = svc.cancel(who, str(subject), op.topic)
+            gone = svc.cancel(who, str(subject), op.topic, op.subscription_id)
             if isinstance(gone, Forward):
                 return [self._forward(originator, op, gone)]
             return [self._data(originator, Reply(250, op.trans_id))]
@@ -309,9 +313,10 @@ class PubsubHandler:
         remember whom its reply is for."""
         ours = next(self._forward_ids)
         self._forwarded[ours] = (originator, op.trans_id)
-        moved = (Subscribe(op.subscriber, op.topic, ours, op.duration, snapshot=op.snapshot)
+        moved = (Subscribe(op.subscriber, op.topic, ours, op.duration, snapshot=op.snapshot,
+                           selector_class=op.selector_class, selector=op.selector)
                  if isinstance(op, Subscribe)
-                 else Cancel(op.topic, ours, op.subscriber or originator))
+                 else Cancel(op.topic, ours, op.subscriber or originator, op.subscription_id))
         log.info("pubsub request forwarded", to=via.to, topic=op.topic, originator=str(originator))
         return Data(self.endpoint, (Endpoint.parse(via.to),), _content_xml(moved), BEEP_XML,
                     content_ref="#Content")
@@ -346,18 +351,21 @@ class PubsubHandler:
             log.info("unsolicited pubsub reply dropped", originator=str(origin), code=reply.code)
             return []
         who, trans = asked
-        return [self._data(who, Reply(reply.code, trans, reply.text))]
+        return [self._data(who, Reply(reply.code, trans, reply.text, reply.subscription_id))]
 
     def _data(self, to: Endpoint, op: PubsubOperation) -> Data:
         return Data(self.endpoint, (to,), _content_xml(op), BEEP_XML, content_ref="#Content")
 
     def _notices(self, ended: list[Subscription]) -> list[Data]:
-        """The cancel the service initiates (§4.6) for each subscription that ended."""
+        """The cancel the service initiates (§4.6) for each subscription that ended, naming
+        its id (draft-content §5.8.2)."""
         out = []
         for sub in ended:
             to = Endpoint.parse(sub.originator or sub.subscriber)
+            sub_id = sub.subscription_id if SUBSCRIPTION_ID.fullmatch(sub.subscription_id) \
+                else None
             out.append(self._data(to, Cancel(sub.topic, sub.trans_id or 1,
-                                             Endpoint.parse(sub.subscriber))))
+                                             Endpoint.parse(sub.subscriber), sub_id)))
         return out
 
     # --- what the service initiates -----------------------------------------------------
@@ -372,10 +380,12 @@ class PubsubHandler:
             self.sequenced.forward(entries)
             return
         for entry in entries:
-            recipients = [r for r in self.service.recipients(entry.topic)
-                          if self.service.entitled(entry, r)]  # permission tokens
-            if not recipients:
+            chosen = [(r, ids) for r, ids in self.service.recipients_for(entry)
+                      if self.service.entitled(entry, r)]  # permission tokens
+            if not chosen:
                 continue
+            recipients = [r for r, _ in chosen]
+            in_re = tuple(() if ids is None else (in_re_option(ids),) for _, ids in chosen)
             hops = int(entry.options.get("dataHopping", DEFAULT_HOPS))
             option = Option("dataHopping", next(self._forward_ids), target_hop=TargetHop.ALL,
                             must_understand=True,
@@ -383,6 +393,8 @@ class PubsubHandler:
             origin = Endpoint(SERVICE, self.service.domain, entry.topic)
             data = Data(origin, tuple(Endpoint.parse(r) for r in recipients), entry.content,
                         entry.content_type, options=(option,),
+                        # InRe per recipient (draft-content §5.10.1.1)
+                        recipient_options=in_re if any(in_re) else (),
                         content_ref="#Content" if entry.content_type == BEEP_XML else None)
             self._send(data)
 
