@@ -34,11 +34,13 @@ __all__ = [
     "IncorrectSelector",
     "InvalidMessage",
     "InvalidParameter",
+    "InvalidSchema",
     "InvalidTopicName",
     "JournalUnavailable",
     "KafkaNotFound",
     "LinkContextGone",
     "MechanismInsufficient",
+    "MessageNotConforming",
     "NotTaken",
     "NotYourLink",
     "OptionNotImplemented",
@@ -216,6 +218,14 @@ class InvalidTopicName(InvalidParameter):
     description = "not an acceptable topic name"
 
 
+class InvalidSchema(InvalidParameter):
+    """553: a createtopic's message or selector schema is refused: not XML Schema, not
+    self-contained (an import, include or redefine; a `uri` to fetch), or too large. No topic
+    is created (docs/pubsub-service.md, "Schemas")."""
+
+    description = "message or selector schema refused"
+
+
 class BadGapRange(InvalidParameter):
     """553: a gap request's link range is malformed: negative, 0 (a reset carries nothing),
     beyond the link's bit resolution, backwards (linkfrom after linkto and not a wrap-around
@@ -322,6 +332,13 @@ class NotTaken(ApexpsError):
 class InvalidMessage(ApexpsError):
     code = ReplyCode.INVALID_MESSAGE
     description = "invalid message structure"
+
+
+class MessageNotConforming(InvalidMessage):
+    """561 (content-based draft §5.9.1): a publication does not conform to its topic's message
+    schema; the text names the first violation and its line. Nothing is journaled."""
+
+    description = "message does not conform to the topic's message schema"
 
 
 class UnsupportedSelectorClass(ApexpsError):

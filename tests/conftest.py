@@ -1,4 +1,5 @@
-"""Session-wide fixtures: the real local Kafka (see tests/kafka_fixture.py) and one SparkSession."""
+"""Session-wide fixtures: the real local Kafka (tests/kafka_fixture.py), a headless browser
+(tests/browser.py) and one SparkSession."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 import pytest
 import structlog
 
-pytest_plugins = ["tests.kafka_fixture"]
+pytest_plugins = ["tests.kafka_fixture", "tests.browser"]
 
 
 @pytest.fixture(autouse=True)

@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "adapters.cli.kafka_cmd",
     "adapters.cli.access_cmd",
     "adapters.cli.selector_cmd",
+    "adapters.cli.replay_cmd",
     "adapters.cli.bench_cmd",
     "adapters.cli.client_cmd",
     "adapters.cli.pubsub_cmd",

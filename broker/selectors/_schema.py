@@ -7,6 +7,11 @@ the 2000/10 and 2001 XML Schema namespaces, and both `xs:` and `xsd:` prefixes);
 no `type` (a complexType container) is a string, its value being its text content. A name
 declared twice with different types is left untyped (typed by context, as without a schema),
 rather than guessing which declaration a message follows.
+
+The `class` attribute of each `<selector-schema>` element names a selector class the schema is
+offered for (§5.5: "must refer to a particular message selector class"); a topic may list
+several (`<selector-schemas>` wraps them when stored). apexps reads the union: one set of names
+for every class listed. `classes` is None when the source names no class (any class may use it).
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ class SelectorSchema:
 
     #: identifier -> FieldType; a name absent here is an error (567) in a selector.
     types: Mapping[str, FieldType] = field(default_factory=lambda: MappingProxyType({}))
+    #: the selector classes the schema is offered for; None: any class.
+    classes: frozenset[str] | None = None
 
 
 def _field_type(type_name: str | None) -> FieldType:
@@ -62,10 +69,14 @@ def parse_selector_schema(source: bytes | str | Any) -> SelectorSchema:
     else:
         root = source
     types: dict[str, FieldType] = {}
+    classes: set[str] = set()
     for node in root.iter():
         if not isinstance(node.tag, str):
             continue
         kind = etree.QName(node.tag).localname
+        if kind == "selector-schema":
+            classes.update((node.get("class") or "").split())
+            continue
         name = node.get("name")
         if kind not in ("element", "attribute") or not name:
             continue
@@ -73,4 +84,4 @@ def parse_selector_schema(source: bytes | str | Any) -> SelectorSchema:
         previous = types.setdefault(name, ftype)
         if previous is not ftype:
             types[name] = FieldType.TEXT
-    return SelectorSchema(MappingProxyType(types))
+    return SelectorSchema(MappingProxyType(types), frozenset(classes) if classes else None)
