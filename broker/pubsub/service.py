@@ -26,7 +26,6 @@ State shared with the delivery path is guarded by one lock.
 from __future__ import annotations
 
 import heapq
-import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -49,17 +48,17 @@ from broker.records import (
     now_ms,
 )
 from broker.robust.linkid import validate_link_id
-from broker.selectors import Selector, SelectorSchema, parse_selector_schema
+from broker.selectors import Selector, SelectorSchema
 from common.errors import (
     AccessDenied,
     ApexpsError,
     InvalidParameter,
     NotTaken,
     UnknownSubscription,
-    UnsupportedSelectorClass,
 )
 
 from ._table import Key, SubscriptionTable, link_of
+from .schemas import TopicSchemas, check_selector
 
 __all__ = [
     "MAX_DURATION_S",
@@ -73,8 +72,6 @@ log = structlog.get_logger(__name__)
 
 #: %SECONDS; of the APEX core DTD: the largest duration a subscribe may ask for.
 MAX_DURATION_S = 2_147_483_647
-#: Topics whose parsed selector schema is kept (past it the cache starts over).
-_SCHEMAS_KEPT = 65_536
 
 
 class AccessPolicy(Protocol):
@@ -119,14 +116,12 @@ class PubsubService:
         self._expiries: list[tuple[int, str, Key]] = []  # (expires_at, topic, key), lazily pruned
         #: subscriber -> the highest numeric subscription id it was given
         self._last_id: dict[str, int] = {}
-        #: (topic, revision, text) -> its parsed selector schema
-        self._schemas: dict[tuple[str, int, str], SelectorSchema] = {}
-        #: the topic's message-schema check (§5.3), given the parsed message: raises
-        #: InvalidMessage (561). Set by whoever provides message schemas; None: no check.
-        self.message_validator: Callable[[Topic, Any], None] | None = None
-        #: does a compiled selector fit the topic's selector schema (§5.8.1)? Raises
-        #: SelectorError (567). Set by whoever provides selector schemas; None: compile only.
-        self.selector_check: Callable[[Topic, Selector], None] | None = None
+        #: the topic's message-schema check (§5.3), given the message parsed once at
+        #: ingest: raises MessageNotConforming (561); None: no check
+        self.message_validator: Callable[[Topic, Any], None] | None = _validate
+        #: a compiled selector against the topic's selector schema (§5.8.1): the selector as
+        #: the subscription evaluates it (typed by the schema), or 566 / 567; None: as compiled
+        self.selector_check: Callable[[Topic, Selector], Selector] | None = _check_selector
         for sub in core.subscriptions:
             if sub.state is SubscriptionState.ACTIVE:
                 self._restore(sub)
@@ -242,19 +237,12 @@ class PubsubService:
         return sub
 
     def compile_selector(self, topic: Topic, selector_class: str, text: str) -> Selector:
-        """`text` compiled for `topic`: 566 for a class the topic does not support (those its
-        selector schema names, else every class this broker has), 567 for a selector that
-        does not parse or names what the topic's selector schema does not have; then
-        `selector_check`, if set, has its say."""
-        supported = _schema_classes(topic.selector_schema)
-        if supported and selector_class not in supported:
-            raise UnsupportedSelectorClass(
-                f"topic {topic.name!r} supports the selector classes "
-                + ", ".join(repr(c) for c in sorted(supported)) + f", not {selector_class!r}")
-        compiled = selectors.compile(selector_class, text, self._selector_schema(topic))
-        if self.selector_check is not None:
-            self.selector_check(topic, compiled)
-        return compiled
+        """`text` compiled for `topic`: 566 for a class this broker does not have or the
+        topic's selector schema does not list, 567 for a selector that does not parse or does
+        not fit the schema (`selector_check`, broker/pubsub/schemas.py)."""
+        compiled = selectors.compile(selector_class, text)
+        check = self.selector_check
+        return compiled if check is None else check(topic, compiled)
 
     def _new_id(self, subscriber: str) -> str:
         """The next subscription id of `subscriber` (under the lock): numbers from 1, never
@@ -311,7 +299,10 @@ class PubsubService:
         compiled = None
         if sub.selector_class is not None:
             try:
+                topic = self.core.topics.get(sub.topic)
                 compiled = selectors.compile(sub.selector_class, sub.selector or "")
+                if topic is not None and self.selector_check is not None:
+                    compiled = self.selector_check(topic, compiled)
             except ApexpsError as exc:  # accepted once; refused by a stricter engine now
                 log.warning("recorded selector no longer compiles; subscription left out",
                             subscriber=sub.subscriber, subscription_id=sub.subscription_id,
@@ -387,18 +378,13 @@ class PubsubService:
                            expiration_date=got.expiration_date, fields=got.fields,
                            permission_token=permission_token, publisher_seq=publisher_seq)
 
-    def _selector_schema(self, topic: Topic) -> SelectorSchema | None:
-        """The topic's selector schema, parsed once per topic revision; None: §5.5.1's
-        default, every field of the message."""
-        if topic.selector_schema is None:
-            return None
-        key = (topic.name, topic.revision, topic.selector_schema)
-        found = self._schemas.get(key)
-        if found is None:
-            if len(self._schemas) >= _SCHEMAS_KEPT:
-                self._schemas.clear()
-            found = self._schemas[key] = parse_selector_schema(topic.selector_schema)
-        return found
+    @staticmethod
+    def _selector_schema(topic: Topic) -> SelectorSchema | None:
+        """The names a topic's selectors may use, which ingest extracts (broker/pubsub/
+        schemas.py: the topic's selector schema, else one made from its message schema);
+        None: §5.5.1's default for a topic without either, every field of the message."""
+        schema = TopicSchemas.of(topic).selector
+        return schema if schema is not None and schema.types else None
 
     def entitled(self, entry: JournalEntry, subscriber: str) -> bool:
         """May `subscriber` receive `entry`? Only its permission token (XEP-0040 §5.1) can
@@ -486,12 +472,9 @@ def _key(sub: Subscription) -> Key:
     return (sub.subscriber, sub.subscription_id)
 
 
-def _schema_classes(schema: str | None) -> frozenset[str]:
-    """The selector classes a topic's selector schema names (`<selector-schema class='JMS'>`,
-    §5.5.1), if it names any."""
-    if not schema:
-        return frozenset()
-    return frozenset(m.group(2) for m in _CLASS_ATTR.finditer(schema))
+def _validate(topic: Topic, root: Any) -> None:
+    TopicSchemas.of(topic).validate(root)
 
 
-_CLASS_ATTR = re.compile(r"""<(?:\w+:)?selector-schema\b[^>]*?\sclass\s*=\s*(['"])([^'"]*)\1""")
+def _check_selector(topic: Topic, selector: Selector) -> Selector:
+    return check_selector(selector, TopicSchemas.of(topic))
