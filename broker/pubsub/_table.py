@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from broker.kafka_io import Position
 from broker.records import JournalEntry, Subscription
 from broker.robust.linkid import default_link_id
 from broker.selectors import Selector, SubscriptionIndex
@@ -39,8 +40,11 @@ __all__ = ["FOREVER", "Key", "SubscriptionTable", "link_of"]
 Key = tuple[str, str]
 #: "Until" for what no expiry bounds.
 FOREVER = 1 << 62
-#: Topics whose plain recipients are kept, and entries whose InRe ids are (past it: start over).
+#: Topics whose plain recipients are kept (past it: start over).
 _KEPT = 65_536
+#: (entry, pair) InRe answers kept for the renderer at most (past it: start over; a miss is
+#: recomputed from the stored fields, so this bounds memory, not correctness).
+_PAIRS_KEPT = 1 << 20
 
 _Pair = tuple[str, str]
 
@@ -60,8 +64,11 @@ class SubscriptionTable:
         self._indexes: dict[str, SubscriptionIndex[Key]] = {}
         #: topic -> who its live subscriptions are, from `since` until the first runs out
         self._plain: dict[str, _View] = {}
-        #: id(entry) -> (entry, pair -> InRe ids or None): what deliveries() decided
-        self._in_re: dict[int, tuple[JournalEntry, dict[_Pair, tuple[str, ...] | None]]] = {}
+        #: journal position -> (pair -> InRe ids or None): what deliveries() decided, kept
+        #: until the renderer asks (bounded by pairs, not entries: one message may go to
+        #: thousands of pairs, and the entries themselves are not kept)
+        self._in_re: dict[Position, dict[_Pair, tuple[str, ...] | None]] = {}
+        self._in_re_pairs = 0
 
     # --- contents --------------------------------------------------------------------------
 
@@ -105,6 +112,7 @@ class SubscriptionTable:
     def _changed(self) -> None:
         self._plain.clear()
         self._in_re.clear()
+        self._in_re_pairs = 0
 
     # --- the fan-out's questions -----------------------------------------------------------
 
@@ -148,9 +156,11 @@ class SubscriptionTable:
             sub = subs[key]
             if _live(sub, now):
                 ids.setdefault((sub.subscriber, link_of(sub)), []).append(sub.subscription_id)
-        if len(self._in_re) >= _KEPT:
+        if self._in_re_pairs + len(ids) > _PAIRS_KEPT:
             self._in_re.clear()
-        self._in_re[id(entry)] = (entry, {p: _say(view, p, v) for p, v in ids.items()})
+            self._in_re_pairs = 0
+        self._in_re[entry.position] = {p: _say(view, p, v) for p, v in ids.items()}
+        self._in_re_pairs += len(ids)
         return list(ids)
 
     def in_re(self, entry: JournalEntry, who: str, link: str, now: int,
@@ -158,9 +168,9 @@ class SubscriptionTable:
         """The subscription ids of `who` on `link` that `entry` satisfies, for its InRe
         option; None: leave it out."""
         pair = (who, link)
-        kept = self._in_re.get(id(entry))
-        if kept is not None and kept[0] is entry and pair in kept[1]:
-            return kept[1][pair]
+        kept = self._in_re.get(entry.position)
+        if kept is not None and pair in kept:
+            return kept[pair]
         view = self._view(entry.topic, now)
         ids = list(view.plain_ids.get(pair, ()))
         selecting = view.selecting.get(pair)
