@@ -343,3 +343,40 @@ async def _publish_generated(config: KafkaConfig, texts: list[tuple[str, str]],
         for c in (pub, everyone, *subs):
             await c.close()
         return delivered, entries
+
+
+SCHEMA = """<selector-schema class='JMS' xmlns:xs='http://www.w3.org/2001/XMLSchema'>
+<xs:attribute name='symbol' type='xs:string'/>
+<xs:element name='net-change-pct' type='xs:decimal'/></selector-schema>"""
+
+
+async def _topic_schema(config: KafkaConfig) -> None:
+    """A topic whose selector schema lists JMS and two names: 566 for RFC-2254, 567 for a
+    name it does not offer (nothing recorded); ingest keeps only its names; a fitting
+    selector is typed by it (net-change-pct compares as a number)."""
+    from broker.records import Topic, now_ms
+
+    async with BrokerApp(config, robust=QUIET) as app:
+        app.core.topics.put(Topic(name=TOPIC, created_at=now_ms(), owner="admin@example.com",
+                                  selector_schema=SCHEMA))
+        pub = await PubsubClient.connect("127.0.0.1", app.port, "quote-service@example.com")
+        jade = await PubsubClient.connect("127.0.0.1", app.port, "jade@example.com")
+        with pytest.raises(UnsupportedSelectorClass):
+            await jade.subscribe(TOPIC, 600, selector="(symbol=XMPL)", selector_class="RFC-2254")
+        with pytest.raises(SelectorError):
+            await jade.subscribe(TOPIC, 600, selector="last-trade > 10")
+        assert app.service.subscriptions(TOPIC) == []
+        assert await jade.subscribe(TOPIC, 600, selector=SELECTOR, batch=None) == "1"
+        await pub.publish(TOPIC, quote("XMPL", 10.0), "application/xml")
+        await pub.publish(TOPIC, quote("TEST", 4.0), "application/xml")
+        [got] = await _deliveries(jade, 1)
+        assert _symbol(got) == ("XMPL", 10.0)
+        [first, _] = list(app.core.journal.read_source("quote-service@example.com"))
+        assert first.fields == {"symbol": ["XMPL"], "net-change-pct": ["10.0"]}
+        for c in (pub, jade):
+            await c.close()
+
+
+def test_a_topics_selector_schema_decides_566_567_and_the_fields(kafka_config: KafkaConfig,
+                                                                 ) -> None:
+    asyncio.run(_topic_schema(kafka_config))
