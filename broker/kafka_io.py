@@ -390,6 +390,12 @@ def _await_leaders(admin: AdminClient, topics: list[str], timeout_s: float = 30.
     raise JournalUnavailable(f"kafka topics {topics} have no leader after {timeout_s}s")
 
 
+def existing_topics(config: KafkaConfig, timeout_s: float = 10.0) -> set[str]:
+    """The names of every topic the cluster has (asking for all: a metadata request naming a
+    topic may create it where the cluster auto-creates topics)."""
+    return set(_admin(config).list_topics(timeout=timeout_s).topics)
+
+
 def partition_count(config: KafkaConfig, topic: str) -> int:
     md = _admin(config).list_topics(topic, timeout=10)
     meta = md.topics.get(topic)

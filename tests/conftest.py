@@ -1,5 +1,6 @@
 """Session-wide fixtures: the real local Kafka (tests/kafka_fixture.py), a headless browser
-(tests/browser.py) and one SparkSession."""
+(tests/browser.py), a Spark standalone cluster (tests/spark_cluster.py) and one local
+SparkSession."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 import pytest
 import structlog
 
-pytest_plugins = ["tests.kafka_fixture", "tests.browser"]
+pytest_plugins = ["tests.kafka_fixture", "tests.browser", "tests.spark_cluster"]
 
 
 @pytest.fixture(autouse=True)

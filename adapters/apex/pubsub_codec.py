@@ -13,7 +13,10 @@ Where the DTD and the prose disagree (docs/pubsub-service.md) apexps reads:
 `subscribe` takes apexps's optional `link` (docs/robust-binding.md §3): the link its data
 travel on; None means the default, the subscriber endpoint; `snapshot` (§9): 'true' asks for
 the current state of the topic's data items first; and `batch` (§5.4): the link's live data may
-come packed, up to that many per `<batch>`.
+come packed, up to that many per `<batch>`. From the content-based draft (§5.8) it takes
+`cached`: any non-empty value asks for the topic's cached messages first, as the draft says
+("the cached attribute of the subscribe element with a non-empty value"; apexps writes
+`cached='true'`); empty or absent, only new messages.
 Encoding uses the drafts' layout (single quotes, " />") so their examples are golden test data.
 """
 
@@ -42,10 +45,16 @@ __all__ = [
     "TopicList",
     "decode_pubsub",
     "encode_pubsub",
+    "message_schema_element",
+    "selector_schema_elements",
 ]
 
-#: A management document is one empty element, a topiclist one per topic; 1 MiB bounds both.
+#: A management document is one element, a topiclist one per topic, a createtopic carries its
+#: schemas (each at most broker/pubsub/schemas.py's 256 KiB); 1 MiB bounds them all.
 MAX_PUBSUB_XML = 1024 * 1024
+#: Deepest nesting: a createtopic's schemas nest (MAX_SCHEMA_DEPTH, 64, inside their two
+#: wrapping elements); every other document is at most two deep, which the DTD checks below keep.
+MAX_PUBSUB_DEPTH = 66
 MAX_TRANS_ID = 2_147_483_647
 #: %SECONDS; of the APEX core DTD.
 MAX_SECONDS = 2_147_483_647
@@ -56,8 +65,16 @@ SUBSCRIPTION_ID = re.compile(r"[\w.:=/@+-]{1,256}")
 
 @dataclass(frozen=True, slots=True)
 class CreateTopic:
+    """createtopic (content-based draft §6.2.3): the topic, and optionally its description,
+    publishers, message schema and selector schemas. The schemas are the XML text of the
+    `<message-schema>` and each `<selector-schema>` element, whole (the service reads them)."""
+
     topic: str
     trans_id: int
+    description: str | None = None
+    publishers: tuple[str, ...] = ()
+    message_schema: str | None = None
+    selector_schemas: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +99,8 @@ class Subscribe:
     #: the subscriber takes the link's live data packed too, up to this many per `<batch>`
     #: (docs/robust-binding.md §5.4)
     batch: int | None = None
+    #: content-based §5.8: the topic's cached messages first, then live data
+    cached: bool = False
     #: draft-content §5.6: the `<selector class=…>` element's class and text (None: the
     #: subscription takes every message of the topic)
     selector_class: str | None = None
@@ -152,16 +171,17 @@ def _empty(elem: etree._Element) -> None:
 def decode_pubsub(content: bytes) -> PubsubOperation:
     """Parse one pubsub document; raise 500/501/553 as the module docstring says."""
     try:
-        root = parse_hardened(content, max_bytes=MAX_PUBSUB_XML, max_depth=4,
+        root = parse_hardened(content, max_bytes=MAX_PUBSUB_XML, max_depth=MAX_PUBSUB_DEPTH,
                               what="pubsub document")
     except UnsafeXml as exc:
         raise SyntaxError_(str(exc)) from None
     tag = root.tag
-    if tag in {"createtopic", "deletetopic"}:
+    if tag == "createtopic":
+        return _createtopic(root)
+    if tag == "deletetopic":
         _empty(root)
         a = _attrs(root, {"topic", "transID"}, {"topic", "transID"})
-        kind = CreateTopic if tag == "createtopic" else DeleteTopic
-        return kind(a["topic"], _trans_id(a))
+        return DeleteTopic(a["topic"], _trans_id(a))
     if tag == "listtopics":
         _empty(root)
         a = _attrs(root, {"transID"}, set())
@@ -169,7 +189,7 @@ def decode_pubsub(content: bytes) -> PubsubOperation:
     if tag == "subscribe":
         selector = _selector(root)
         a = _attrs(root, {"subscriber", "topic", "transID", "duration", "link", "snapshot",
-                          "batch"}, {"subscriber", "topic", "transID", "duration"})
+                          "batch", "cached"}, {"subscriber", "topic", "transID", "duration"})
         # A duration ≤ 0 is well-formed: the service answers it with 553 (§4.5 step 3).
         duration = _number(a["duration"], "duration", -MAX_SECONDS, MAX_SECONDS)
         link = validate_link_id(a["link"]) if "link" in a else None
@@ -178,7 +198,8 @@ def decode_pubsub(content: bytes) -> PubsubOperation:
             raise ParameterSyntaxError("snapshot is true or false")
         batch = _number(a["batch"], "batch", 1, MAX_BATCH_ITEMS) if "batch" in a else None
         return Subscribe(Endpoint.parse(a["subscriber"]), a["topic"], _trans_id(a), duration,
-                         link, snapshot == "true", batch, *selector)
+                         link, snapshot == "true", batch, bool(a.get("cached", "").strip()),
+                         *selector)
     if tag == "cancel":
         sub_id = _subscription_id(root, "cancel")
         if (root.text or "").strip():
@@ -238,6 +259,46 @@ def _subscription_id(root: etree._Element, what: str) -> str | None:
     return value
 
 
+#: createtopic's children in the DTD's order (docs/apexps-pubsub.dtd); `topic-name` and
+#: `disposition` belong to messages on the Topics topic and are implied by the operation.
+_CREATETOPIC_ORDER = {"publisher": 0, "description": 1, "message-schema": 2, "selector-schema": 3}
+_ONCE = frozenset({"description", "message-schema"})
+
+
+def _createtopic(root: etree._Element) -> CreateTopic:
+    a = _attrs(root, {"topic", "transID"}, {"topic", "transID"})
+    if (root.text or "").strip():
+        raise ParameterSyntaxError("<createtopic> holds elements, not text")
+    description, message_schema, last = None, None, -1
+    publishers: list[str] = []
+    schemas: list[str] = []
+    for child in root:
+        tag = child.tag if isinstance(child.tag, str) else ""
+        place = _CREATETOPIC_ORDER.get(tag)
+        if place is None:
+            raise ParameterSyntaxError(f"<createtopic> does not hold <{tag[:40]}>")
+        if place < last or (place == last and tag in _ONCE):
+            raise ParameterSyntaxError(f"<{tag}> is out of the DTD's order or repeated")
+        last = place
+        if tag == "publisher":
+            # The DTD's EMPTY element with `endpoint`; the draft's §6.2.3 example gives the
+            # endpoint as text. Either is read; apexps records neither yet.
+            attrs = _attrs(child, {"endpoint", "info"}, set())
+            publishers.append(attrs.get("endpoint") or (child.text or "").strip())
+        elif tag == "description":
+            if len(child):
+                raise ParameterSyntaxError("<description> holds only text")
+            description = " ".join((child.text or "").split())
+        elif tag == "message-schema":
+            _attrs(child, {"uri"}, set())
+            message_schema = etree.tostring(child, encoding="unicode", with_tail=False)
+        else:
+            _attrs(child, {"uri", "class"}, set())
+            schemas.append(etree.tostring(child, encoding="unicode", with_tail=False))
+    return CreateTopic(a["topic"], _trans_id(a), description, tuple(publishers),
+                       message_schema, tuple(schemas))
+
+
 def _esc(value: str) -> str:
     return (value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
             .replace("'", "&apos;"))
@@ -253,9 +314,10 @@ def _trans(trans_id: int | None) -> str:
 
 def encode_pubsub(op: PubsubOperation) -> bytes:
     """The document for `op`, in the drafts' layout."""
-    if isinstance(op, CreateTopic | DeleteTopic):
-        tag = "createtopic" if isinstance(op, CreateTopic) else "deletetopic"
-        text = f"<{tag} topic='{_esc(op.topic)}' transID='{op.trans_id}' />"
+    if isinstance(op, CreateTopic):
+        text = _encode_createtopic(op)
+    elif isinstance(op, DeleteTopic):
+        text = f"<deletetopic topic='{_esc(op.topic)}' transID='{op.trans_id}' />"
     elif isinstance(op, ListTopics):
         text = f"<listtopics{_trans(op.trans_id)} />"
     elif isinstance(op, Subscribe):
@@ -263,7 +325,8 @@ def encode_pubsub(op: PubsubOperation) -> bytes:
                 f" duration='{op.duration}' transID='{op.trans_id}'"
                 f"{'' if op.link is None else f' link={_quote(op.link)}'}"
                 f"{' snapshot=' + _quote('true') if op.snapshot else ''}"
-                f"{'' if op.batch is None else f' batch={_quote(str(op.batch))}'}")
+                f"{'' if op.batch is None else f' batch={_quote(str(op.batch))}'}"
+                f"{' cached=' + _quote('true') if op.cached else ''}")
         if op.selector_class is None:
             text += " />"
         else:
@@ -284,3 +347,51 @@ def encode_pubsub(op: PubsubOperation) -> bytes:
         rows = "".join(f"<topic name='{_esc(n)}' />" for n in op.names)
         text = f"<topiclist{_trans(op.trans_id)}>{rows}</topiclist>"
     return text.encode("utf-8")
+
+
+def _encode_createtopic(op: CreateTopic) -> str:
+    head = f"<createtopic topic='{_esc(op.topic)}' transID='{op.trans_id}'"
+    body = "".join(f"<publisher endpoint={_quote(p)} />" for p in op.publishers)
+    if op.description is not None:
+        body += f"<description>{_esc(op.description)}</description>"
+    # The schemas are XML already (the element, whole): they go in as they are.
+    body += (op.message_schema or "") + "".join(op.selector_schemas)
+    return f"{head}>{body}</createtopic>" if body else f"{head} />"
+
+
+#: `uri` of a message schema registered by name (broker/pubsub/schemas.py NAMED_SCHEMA_PREFIX):
+#: the message schema of the existing topic NAME.
+NAMED_SCHEMA_URI = "apexps:topic/"
+
+
+def message_schema_element(source: bytes | None = None, *, named: str | None = None) -> str:
+    """The `<message-schema>` element for createtopic: from an XML Schema document (an
+    xs:schema, or a `<message-schema>` element as the draft writes it), or naming the topic
+    whose message schema the new topic takes. ParameterSyntaxError if `source` is neither."""
+    if named is not None:
+        return f"<message-schema uri={_quote(NAMED_SCHEMA_URI + named)} />"
+    root = _schema_file(source or b"")
+    if etree.QName(root).localname == "schema":
+        return ("<message-schema>" + etree.tostring(root, encoding="unicode")
+                + "</message-schema>")
+    if root.tag == "message-schema":
+        return etree.tostring(root, encoding="unicode")
+    raise ParameterSyntaxError(f"a message schema is an xs:schema, not <{root.tag}>")
+
+
+def selector_schema_elements(source: bytes) -> tuple[str, ...]:
+    """The `<selector-schema class=…>` elements of a file holding one, or several inside a
+    `<selector-schemas>` element (as a topic record stores them)."""
+    root = _schema_file(source)
+    found = list(root) if root.tag == "selector-schemas" else [root]
+    if not found or any(e.tag != "selector-schema" for e in found):
+        raise ParameterSyntaxError("a selector schema file holds <selector-schema class=…>")
+    return tuple(etree.tostring(e, encoding="unicode", with_tail=False) for e in found)
+
+
+def _schema_file(source: bytes) -> etree._Element:
+    try:
+        return parse_hardened(source, max_bytes=MAX_PUBSUB_XML, max_depth=MAX_PUBSUB_DEPTH,
+                              what="schema file")
+    except UnsafeXml as exc:
+        raise ParameterSyntaxError(str(exc)) from None

@@ -27,10 +27,12 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import asdict
+from pathlib import Path
 from typing import IO, Any
 
 import structlog
 
+from adapters.apex.pubsub_codec import message_schema_element, selector_schema_elements
 from adapters.apex.robust_codec import Stamp
 from adapters.cli import loop as event_loop
 from adapters.cli.client_cmd import FOREVER, _common, add_reconnect_option, content_fields
@@ -80,7 +82,8 @@ async def _topic(args: argparse.Namespace) -> int:
     client = await _connect(args)
     try:
         if args.action == "create":
-            await client.create_topic(args.name)
+            await client.create_topic(args.name, description=args.description,
+                                      **_schemas(args))
             print(f"created {args.name}")
         elif args.action == "delete":
             await client.delete_topic(args.name)
@@ -91,6 +94,24 @@ async def _topic(args: argparse.Namespace) -> int:
     finally:
         await client.close()
     return 0
+
+
+def _schemas(args: argparse.Namespace) -> dict[str, Any]:
+    """createtopic's schema elements from `--schema FILE.xsd|NAME` and `--selector-schema`.
+
+    `--schema` is a file when one exists by that name (or the name ends in .xsd or holds a
+    slash); otherwise it names the topic whose message schema the new topic takes."""
+    out: dict[str, Any] = {}
+    given = args.schema
+    if given is not None:
+        path = Path(given)
+        if path.is_file() or given.endswith(".xsd") or "/" in given:
+            out["message_schema"] = message_schema_element(path.read_bytes())
+        else:
+            out["message_schema"] = message_schema_element(named=given)
+    if args.selector_schema is not None:
+        out["selector_schemas"] = selector_schema_elements(Path(args.selector_schema).read_bytes())
+    return out
 
 
 def _read_all(path: str) -> bytes:
@@ -383,6 +404,16 @@ def register(sub: Any) -> None:
         each = actions.add_parser(action, help=text, description=text[0].upper() + text[1:] + ".")
         if action != "list":
             each.add_argument("name", metavar="NAME", help="the topic")
+        if action == "create":
+            each.add_argument(
+                "--schema", metavar="FILE.xsd|NAME",
+                help="the message schema every publication must satisfy (561 otherwise): an"
+                     " XML Schema file, or the name of a topic whose message schema to take")
+            each.add_argument(
+                "--selector-schema", metavar="FILE",
+                help="what subscribers may select on: a <selector-schema class='JMS'> file"
+                     " (several inside <selector-schemas>); without it, the message schema")
+            each.add_argument("--description", help="what the topic carries, in a sentence")
         _common(each)
         each.set_defaults(func=_run_topic)
 

@@ -253,9 +253,15 @@ class PubsubClient:
             raise exc
         return answer
 
-    async def create_topic(self, topic: str) -> None:
+    async def create_topic(self, topic: str, *, description: str | None = None,
+                           message_schema: str | None = None,
+                           selector_schemas: tuple[str, ...] = ()) -> None:
+        """createtopic; the schemas are the `<message-schema>` and `<selector-schema>`
+        elements' XML (`pubsub_codec.schema_elements` makes them from files). Raises the
+        refusal: 553 for a schema refused, 566 for a selector class the broker lacks."""
         trans = self.new_trans_id()
-        await self._ask(CreateTopic(topic, trans), trans)
+        await self._ask(CreateTopic(topic, trans, description, (), message_schema,
+                                    selector_schemas), trans)
 
     async def delete_topic(self, topic: str) -> None:
         trans = self.new_trans_id()
@@ -269,9 +275,12 @@ class PubsubClient:
     async def subscribe(self, topic: str, duration: int = 3600,
                         subscriber: Endpoint | str | None = None,
                         link: str | None = None, *, snapshot: bool = False,
-                        batch: int | _Own | None = OWN, selector: str | None = None,
+                        batch: int | _Own | None = OWN, cached: bool = False,
+                        selector: str | None = None,
                         selector_class: str = "JMS") -> str | None:
         """`link`: the link the subscription's data travel on (default: the subscriber).
+        `cached`: the topic's cached messages first (content-based §5.8: per message-id its
+        latest unexpired revision; stamp.snapshot on a link), then live data.
         `snapshot`: the link first carries the current images and deltas of the topic's data
         items (stamp.snapshot), then live data (robust-binding §9). `batch`: the link's live
         data may come packed, up to this many per data (§5.4; None: one data each); they
@@ -286,8 +295,9 @@ class PubsubClient:
         if isinstance(batch, _Own):
             batch = DEFAULT_BATCH if who == self.endpoint else None
         answer = await self._ask(Subscribe(
-            who, topic, trans, duration, link, snapshot, batch,
-            None if selector is None else selector_class, selector), trans)
+            who, topic, trans, duration, link, snapshot, batch, cached,
+            selector_class=None if selector is None else selector_class, selector=selector),
+            trans)
         return answer.subscription_id if isinstance(answer, Reply) else None
 
     async def snapshot(self, topic: str, message_id: str | None = None,

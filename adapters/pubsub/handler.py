@@ -75,6 +75,7 @@ from broker.robust.linkid import default_link_id
 from broker.robust.links import LinkLog
 from common.errors import ApexpsError, OptionNotImplemented, ParameterSyntaxError
 
+from ._wkt_publisher import WktPublisher
 from .sequenced import SequencedFanout
 
 __all__ = ["PubsubHandler"]
@@ -129,6 +130,8 @@ class PubsubHandler:
         self._batch: list[tuple[Publication, asyncio.Future[Iterable[Data]]]] = []
         #: drops copies of publications already journaled (publisher seqs, §8)
         self.gate = PublishGate(journal, defer=self._loop.call_soon_threadsafe)
+        #: journals WKT=Topics and WKT=Subscriptions as state changes (content-based §6)
+        self.wkt = WktPublisher(service, self.gate, items)
         #: transIDs of requests the service itself sent (redistribution) -> their reply
         self._own: dict[int, asyncio.Future[Reply]] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -141,6 +144,7 @@ class PubsubHandler:
 
     def start(self) -> None:
         self._expiry_task = asyncio.create_task(self._expire_loop())
+        self._tasks.append(asyncio.create_task(self.wkt.publish(self.wkt.reconcile())))
         if self.sequenced is not None:
             self.sequenced.start()
 
@@ -252,24 +256,35 @@ class PubsubHandler:
         if isinstance(op, Reply):
             return self._pass_on(originator, op)
         async with self._lock:
+            wkt: list[Publication] = []
             try:
-                answer = await asyncio.to_thread(self._apply, originator, op)
+                if isinstance(op, Subscribe) and op.cached and self.sequenced is not None:
+                    # the cache holds what the journal held now, acknowledged or not
+                    await self.sequenced.caught_up()
+                answer = await asyncio.to_thread(self._apply, originator, op, wkt)
             except ApexpsError as exc:
                 trans = getattr(op, "trans_id", None)
                 log.info("pubsub refused", operation=type(op).__name__.lower(),
                          originator=str(originator), code=int(exc.code), reason=str(exc))
                 answer = [self._data(originator, Reply(int(exc.code), trans, str(exc)))]
+            await self.wkt.publish(wkt)  # before the 250: the lists show what it says
         self._wake.set()  # a subscription may now expire sooner than the timer thinks
         return answer
 
-    def _apply(self, originator: Endpoint, op: PubsubOperation) -> list[Data]:
-        """One management operation, in a worker thread; returns the data to send."""
+    def _apply(self, originator: Endpoint, op: PubsubOperation,
+               wkt: list[Publication]) -> list[Data]:
+        """One management operation, in a worker thread; returns the data to send and adds
+        to `wkt` the well-known topics' messages about what changed."""
         who, svc = str(originator), self.service
         if isinstance(op, CreateTopic):
-            svc.create_topic(who, op.topic)
+            wkt.append(self.wkt.topic_created(svc.create_topic(
+                who, op.topic, description=op.description, message_schema=op.message_schema,
+                selector_schemas=op.selector_schemas)))
             return [self._data(originator, Reply(250, op.trans_id))]
         if isinstance(op, DeleteTopic):
             ended = svc.delete_topic(who, op.topic)
+            wkt.append(self.wkt.topic_deleted(op.topic))
+            wkt.extend(self.wkt.ended(ended, "topic deleted"))
             if self.items is not None:  # on the loop, in order with forward
                 self._loop.call_soon_threadsafe(self.items.forget_topic, op.topic)
             return [self._data(originator, Reply(250, op.trans_id)), *self._notices(ended)]
@@ -282,20 +297,24 @@ class PubsubHandler:
             if op.snapshot and (self.sequenced is None or self.items is None):
                 raise OptionNotImplemented("snapshot='true' needs sequenced delivery and item"
                                            " state")
+            cached = op.cached and self.items is not None
+            first = op.snapshot or cached
             claim = None
             if self.links is not None and self.sequenced is not None:
                 self.links.check_owner(link, whom)  # 537 before anything is recorded
                 claim = functools.partial(self.sequenced.claim, link, whom)
             result = svc.subscribe(who, whom, op.topic, op.duration, op.trans_id,
-                                   link=op.link, claim=claim, activate=not op.snapshot,
+                                   link=op.link, claim=claim, activate=not first,
                                    selector_class=op.selector_class, selector=op.selector)
             if isinstance(result, Forward):
                 return [self._forward(originator, op, result)]
+            wkt.append(self.wkt.subscribed(result))
             if self.sequenced is not None:
                 # before the 250: what follows it on the link already comes as asked
                 self._loop.call_soon_threadsafe(self.sequenced.batch_live, link, op.batch)
-            if op.snapshot:
-                self._on_loop(self._open_with_snapshot, result, link)
+            if first:
+                self._on_loop(self._open_with_snapshot if self.sequenced is not None
+                              else self._open_with_cache, result, link)
             return [self._data(originator, Reply(250, op.trans_id,
                                                  subscription_id=result.subscription_id))]
         if isinstance(op, Cancel):
@@ -303,6 +322,7 @@ class PubsubHandler:
             gone = svc.cancel(who, str(subject), op.topic, op.subscription_id)
             if isinstance(gone, Forward):
                 return [self._forward(originator, op, gone)]
+            wkt.extend(self.wkt.ended(gone, "cancelled"))
             return [self._data(originator, Reply(250, op.trans_id))]
         if isinstance(op, Reply):
             return self._pass_on(originator, op)
@@ -314,7 +334,8 @@ class PubsubHandler:
         ours = next(self._forward_ids)
         self._forwarded[ours] = (originator, op.trans_id)
         moved = (Subscribe(op.subscriber, op.topic, ours, op.duration, snapshot=op.snapshot,
-                           selector_class=op.selector_class, selector=op.selector)
+                           cached=op.cached, selector_class=op.selector_class,
+                           selector=op.selector)
                  if isinstance(op, Subscribe)
                  else Cancel(op.topic, ours, op.subscriber or originator, op.subscription_id))
         log.info("pubsub request forwarded", to=via.to, topic=op.topic, originator=str(originator))
@@ -333,12 +354,29 @@ class PubsubHandler:
         """One event-loop step: the topic's item state onto the link, then the subscription
         visible to `forward`. The item store advances in `forward`, so the state holds exactly
         what was forwarded before this step, and everything forwarded after it reaches the
-        subscription live: no gap, no duplicate (robust-binding §9)."""
+        subscription live: no gap, no duplicate (robust-binding §9). The cached messages of
+        a subscribe with `cached` (content-based §5.8) are this same state, unexpired."""
         assert self.sequenced is not None
-        count = self.sequenced.queue_snapshot(sub.subscriber, link, sub.topic)
+        count = self.sequenced.queue_snapshot(sub.subscriber, link, sub.topic,
+                                              select=self.service.selection(sub))
         self.service.activate(sub)
         log.info("subscribed with snapshot", topic=sub.topic, subscriber=sub.subscriber,
                  link=link, items=count)
+
+    def _open_with_cache(self, sub: Subscription, link: str) -> None:
+        """`_open_with_snapshot` on the plain path: the cached messages as plain data, then
+        the subscription visible to `forward`, in one event-loop step."""
+        assert self.items is not None
+        select = self.service.selection(sub)
+        cached = [e for e in self.items.snapshot(sub.topic, now=self.service.now())
+                  if self.service.entitled(e, sub.subscriber)
+                  and (select is None or select(e))]
+        for entry in cached:
+            self._send(self._plain(entry, (Endpoint.parse(sub.subscriber),),
+                                   ((sub.subscription_id,),) if select else ()))
+        self.service.activate(sub)
+        log.info("subscribed with cached messages", topic=sub.topic, subscriber=sub.subscriber,
+                 messages=len(cached))
 
     def _pass_on(self, origin: Endpoint, reply: Reply) -> list[Data]:
         mine = self._own.pop(reply.trans_id, None) if reply.trans_id else None
@@ -381,22 +419,24 @@ class PubsubHandler:
             return
         for entry in entries:
             chosen = [(r, ids) for r, ids in self.service.recipients_for(entry)
-                      if self.service.entitled(entry, r)]  # permission tokens
-            if not chosen:
-                continue
-            recipients = [r for r, _ in chosen]
-            in_re = tuple(() if ids is None else (in_re_option(ids),) for _, ids in chosen)
-            hops = int(entry.options.get("dataHopping", DEFAULT_HOPS))
-            option = Option("dataHopping", next(self._forward_ids), target_hop=TargetHop.ALL,
-                            must_understand=True,
-                            content=f"<dataHopping noMoreThan='{hops}' reportErrors='true' />")
-            origin = Endpoint(SERVICE, self.service.domain, entry.topic)
-            data = Data(origin, tuple(Endpoint.parse(r) for r in recipients), entry.content,
-                        entry.content_type, options=(option,),
-                        # InRe per recipient (draft-content §5.10.1.1)
-                        recipient_options=in_re if any(in_re) else (),
-                        content_ref="#Content" if entry.content_type == BEEP_XML else None)
-            self._send(data)
+                      if self.service.entitled(entry, r, live=True)]  # tokens, expiry
+            if chosen:
+                self._send(self._plain(entry, tuple(Endpoint.parse(r) for r, _ in chosen),
+                                       tuple(ids for _, ids in chosen)))
+
+    def _plain(self, entry: JournalEntry, to: tuple[Endpoint, ...],
+               in_re: tuple[tuple[str, ...] | None, ...] = ()) -> Data:
+        """A journaled message as plain data from its topic's endpoint (no link stamp), with
+        each recipient's InRe (draft-content §5.10.1.1) where `in_re` names ids."""
+        hops = int(entry.options.get("dataHopping", DEFAULT_HOPS))
+        option = Option("dataHopping", next(self._forward_ids), target_hop=TargetHop.ALL,
+                        must_understand=True,
+                        content=f"<dataHopping noMoreThan='{hops}' reportErrors='true' />")
+        origin = Endpoint(SERVICE, self.service.domain, entry.topic)
+        per = tuple(() if ids is None else (in_re_option(ids),) for ids in in_re)
+        return Data(origin, to, entry.content, entry.content_type, options=(option,),
+                    recipient_options=per if any(per) else (),
+                    content_ref="#Content" if entry.content_type == BEEP_XML else None)
 
     def forward_threadsafe(self, entries: list[JournalEntry]) -> None:
         self._loop.call_soon_threadsafe(self.forward, entries)
@@ -411,6 +451,7 @@ class PubsubHandler:
                 continue
             async with self._lock:
                 ended = await asyncio.to_thread(self.service.expire_due)
+                await self.wkt.publish(self.wkt.ended(ended, "expired"))
             for notice in self._notices(ended):
                 self._send(notice)
 

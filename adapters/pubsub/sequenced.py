@@ -361,13 +361,17 @@ class SequencedFanout:
 
     def queue_snapshot(self, subscriber: str, link: str, topic: str,
                        message_id: str | None = None,
-                       then: Callable[[bool], None] | None = None) -> int:
+                       then: Callable[[bool], None] | None = None, *,
+                       select: Callable[[JournalEntry], bool] | None = None) -> int:
         """The current images and deltas of `topic`'s items (or of one item) onto `link`
-        (`DeliveryCore.queue_snapshot`); how many."""
+        (`DeliveryCore.queue_snapshot`), less what has expired and, with `select` (a
+        subscription's selector, content-based §5.8), less what it does not take; how many."""
         if self.items is None:
             return 0
-        return self.core.queue_snapshot(subscriber, link, self.items.snapshot(topic, message_id),
-                                        then)
+        state = self.items.snapshot(topic, message_id, now=self.service.now())
+        if select is not None:
+            state = [e for e in state if select(e)]
+        return self.core.queue_snapshot(subscriber, link, state, then)
 
     def _snapshot_checks(self, who: str, topic: str, link: str) -> None:
         """In a worker thread: 537/550 before anything is recorded, then the link claimed."""
@@ -403,6 +407,10 @@ class SequencedFanout:
         log.info("snapshot sent", topic=req.topic, message_id=req.message_id, originator=who,
                  link=link, items=count)
         return [self._reply(originator, Reply(250, req.trans_id))]
+
+    async def caught_up(self) -> None:
+        """`_caught_up`, for a subscribe with cached messages (the handler)."""
+        await self._caught_up()
 
     async def _caught_up(self) -> None:
         """Until the item state holds everything the journal held now, acknowledged to its

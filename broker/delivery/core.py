@@ -186,9 +186,10 @@ class DeliveryCore:
     # --- what leaves ----------------------------------------------------------------------
 
     def entitled(self, entry: JournalEntry, subscriber: str) -> bool:
-        """The permission-token filter (XEP-0040 §5.1): asked before a link seq is assigned,
-        so a link never carries a seq for a message its subscriber may not see, and asked
-        again for every refilled message (a gap fill sends `withheld` where it says no)."""
+        """The permission-token and expiry filter (XEP-0040 §5.1, content-based §5.2.1):
+        asked before a link seq is assigned, so a link never carries a seq for a message its
+        subscriber may not see, and asked again for every refilled message (a gap fill sends
+        `withheld` where it says no: a message expired since, or a token denied since)."""
         return self._routes.entitled(entry, subscriber)
 
     def forward(self, entries: Sequence[JournalEntry]) -> None:
@@ -205,7 +206,7 @@ class DeliveryCore:
                 if carried and (link, position) in carried:
                     carried.discard((link, position))  # on the link before a restart
                     continue
-                if entitled(entry, who):
+                if entitled(entry, who, live=True):
                     if held and link in held:  # under repair: after the catch-up
                         held[link].append((who, entry))
                         continue

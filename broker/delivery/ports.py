@@ -67,8 +67,9 @@ class Routes(Protocol):
         its selector if it has one): what a source repair's catch-up may carry."""
         ...
 
-    def entitled(self, entry: JournalEntry, subscriber: str) -> bool:
-        """May `subscriber` see `entry` now (permission tokens)?"""
+    def entitled(self, entry: JournalEntry, subscriber: str, *, live: bool = False) -> bool:
+        """May `subscriber` see `entry` now (permission tokens, expiry, private topics)?
+        `live`: asked by the live fan-out, forwarding it for the first time."""
         ...
 
     def link_topics(self, link: str) -> Mapping[str, str]:

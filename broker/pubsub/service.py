@@ -8,8 +8,9 @@ wire adapter turns that into the `reply` element carrying the operation's transI
 go to Kafka first (`Registry.put` returns once the compacted topic holds the record) and only
 then to memory, so what a caller was told is what a restart rebuilds.
 
-Publishing: `accept(...)` checks `core:data` and the topic (550 for an unknown one) and hands back
-the `Publication` to append; the caller answers `ok` once the journal says it is durable.
+Publishing: `accept(...)` checks `core:data`, the topic (550 for an unknown one) and the topic's
+message schema (561, content-based draft §5.9.1; `schemas.py`) and hands back the `Publication`
+to append; the caller answers `ok` once the journal says it is durable.
 Forwarding does not start here: a follower reads the journal back (`broker.pubsub.follower`) and
 asks `recipients(topic)` for each record, so what subscribers get is what Kafka holds.
 
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import heapq
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
@@ -36,8 +37,11 @@ import structlog
 
 from broker import selectors
 from broker.core import BrokerCore
-from broker.names import SERVICE, validate_topic
+from broker.expiry import expired
+from broker.names import SERVICE, WELL_KNOWN_TOPICS, validate_topic
+from broker.pubsub import wkt
 from broker.pubsub.ingest import ingest
+from broker.pubsub.wkt import SUBSCRIPTIONS_TOPIC
 from broker.records import (
     JournalEntry,
     Publication,
@@ -52,12 +56,16 @@ from broker.selectors import Selector, SelectorSchema
 from common.errors import (
     AccessDenied,
     ApexpsError,
+    InvalidMessage,
     InvalidParameter,
+    MessageNotConforming,
     NotTaken,
     UnknownSubscription,
 )
 
+from . import schemas
 from ._table import Key, SubscriptionTable, link_of
+from .ingest import is_xml
 from .schemas import TopicSchemas, check_selector
 
 __all__ = [
@@ -98,6 +106,13 @@ def redistributor_local(topic: str) -> str:
     return f"{SERVICE}/{topic}"
 
 
+def _validate_message(topic: Topic, root: Any) -> None:
+    """Content-based §5.9.1: 561 for a message (ingest's one parse of it) that its topic's
+    message schema refuses (broker/pubsub/schemas.py)."""
+    if topic.message_schema is not None:
+        schemas.TopicSchemas.of(topic).validate(root)
+
+
 def _domain(endpoint: str) -> str:
     return endpoint.rpartition("@")[2].lower()
 
@@ -118,7 +133,7 @@ class PubsubService:
         self._last_id: dict[str, int] = {}
         #: the topic's message-schema check (§5.3), given the message parsed once at
         #: ingest: raises MessageNotConforming (561); None: no check
-        self.message_validator: Callable[[Topic, Any], None] | None = _validate
+        self.message_validator: Callable[[Topic, Any], None] | None = _validate_message
         #: a compiled selector against the topic's selector schema (§5.8.1): the selector as
         #: the subscription evaluates it (typed by the schema), or 566 / 567; None: as compiled
         self.selector_check: Callable[[Topic, Selector], Selector] | None = _check_selector
@@ -138,27 +153,48 @@ class PubsubService:
 
     def _existing(self, topic: str) -> Topic:
         validate_topic(topic)
+        if topic in WELL_KNOWN_TOPICS:  # the service's own, always there (§6)
+            return Topic(name=topic, created_at=0, owner=self.endpoint)
         found = self.core.topics.get(topic)
         if found is None:
             raise InvalidParameter(f"topic {topic!r} does not exist")
         return found
 
-    def create_topic(self, originator: str, topic: str) -> Topic:
-        """§4.2: 537 without pubsub:createtopic, 553 if the topic exists (or is not a name)."""
+    def create_topic(self, originator: str, topic: str, *, description: str | None = None,
+                     message_schema: str | None = None,
+                     selector_schemas: Iterable[str] = ()) -> Topic:
+        """§4.2: 537 without pubsub:createtopic, 553 if the topic exists (or is not a name).
+        Content-based §6.2.3: the `<message-schema>` and `<selector-schema>` elements' XML;
+        553 for a schema refused, 566 for a selector class apexps lacks (schemas.prepare) —
+        and then no topic."""
         self._check(originator, "pubsub:createtopic")
         validate_topic(topic)
-        if topic in self.core.topics:
+        if topic in self.core.topics or topic in WELL_KNOWN_TOPICS:
             raise InvalidParameter(f"topic {topic!r} already exists")
-        created = self.core.topics.put(Topic(name=topic, created_at=self._clock(),
-                                             owner=originator))
-        log.info("topic created", topic=topic, by=originator)
+        message, selector = schemas.prepare(message_schema, selector_schemas,
+                                            named=self.core.topics.get)
+        created = self.core.topics.put(Topic(
+            name=topic, created_at=self._clock(), owner=originator, description=description,
+            message_schema=message, selector_schema=selector))
+        log.info("topic created", topic=topic, by=originator,
+                 message_schema=message is not None, selector_schema=selector is not None)
         return created
+
+    def topic_schemas(self, topic: str) -> schemas.TopicSchemas:
+        """The compiled schemas of `topic` (550 if there is none): what subscribe checks a
+        selector against (`schemas.check_selector`) and what publications must satisfy."""
+        found = self.core.topics.get(topic)
+        if found is None:
+            raise NotTaken(f"no topic {topic!r} at {self.domain}")
+        return schemas.TopicSchemas.of(found)
 
     def delete_topic(self, originator: str, topic: str) -> list[Subscription]:
         """§4.3: 537, 553 for an unknown topic. Its subscriptions end with it; they are
         returned so each subscriber can be told (the cancel the service may initiate)."""
         self._check(originator, "pubsub:deletetopic")
         self._existing(topic)
+        if topic in WELL_KNOWN_TOPICS:
+            raise AccessDenied(f"{topic} is a well-known topic of the service (§6)")
         self.core.topics.delete(topic)
         with self._lock:
             ended = self._table.of_topic(topic)
@@ -203,6 +239,9 @@ class PubsubService:
         caller queues the snapshot and activates in one event-loop step, robust-binding §9)."""
         self._check(originator, "pubsub:subscribe", topic)
         described = self._existing(topic)
+        if topic == SUBSCRIPTIONS_TOPIC and subscriber != originator:
+            # §6.3.1: each endpoint reads its own subscriptions, nobody another's
+            raise AccessDenied(f"{originator} may not read the subscriptions of {subscriber}")
         if duration_s <= 0:
             raise InvalidParameter(f"duration must be positive, not {duration_s}")
         if duration_s > MAX_DURATION_S:
@@ -262,7 +301,7 @@ class PubsubService:
         for a topic this domain does not have."""
         self._check(originator, "pubsub:subscribe", topic)
         validate_topic(topic)
-        if topic not in self.core.topics:
+        if topic not in self.core.topics and topic not in WELL_KNOWN_TOPICS:
             raise NotTaken(f"no topic {topic!r} at {self.domain}")
 
     def cancel(self, originator: str, subscriber: str, topic: str | None = None,
@@ -293,6 +332,17 @@ class PubsubService:
             log.info("cancelled", topic=sub.topic, subscriber=subscriber, by=originator,
                      subscription_id=sub.subscription_id)
         return ended
+
+    def selection(self, sub: Subscription) -> Callable[[JournalEntry], bool] | None:
+        """Which entries `sub`'s selector takes, from their stored fields (its cached messages
+        and snapshot go through it, content-based §5.8); None: it has none, it takes all."""
+        if sub.selector_class is None:
+            return None
+        compiled = selectors.compile(sub.selector_class, sub.selector or "")
+        topic = self.core.topics.get(sub.topic)
+        if topic is not None and self.selector_check is not None:
+            compiled = self.selector_check(topic, compiled)
+        return lambda entry: compiled.matches_fields(entry.fields)
 
     def _restore(self, sub: Subscription) -> None:
         """A recorded subscription back in the table (a restart, or `activate`)."""
@@ -359,16 +409,27 @@ class PubsubService:
         """§4.7.1 step 1 (550 for an unknown topic) after the `core:data` check (537).
         The keywords are what the publisher said of the message (its publish type, data item,
         permission token and own seq), journaled with it. 553 for a message that would take its
-        data item past the item store's limits (broker/robust/items.py: send an image)."""
+        data item past the item store's limits (broker/robust/items.py: send an image). 537 on
+        a well-known topic: only the service publishes there (content-based §6)."""
         self._check(originator, "core:data", topic)
+        if topic in WELL_KNOWN_TOPICS:
+            raise AccessDenied(f"{topic} is published by the service alone")
         described = self.core.topics.get(topic)
         if described is None:
             raise NotTaken(f"no topic {topic!r} at {self.domain}")
         validate = self.message_validator
-        got = ingest(content, content_type, topic=topic, publisher=originator,
-                     now=self._clock(), schema=self._selector_schema(described),
-                     validate=None if validate is None else partial(validate, described),
-                     message_id=message_id)
+        try:
+            if described.message_schema is not None and not is_xml(content_type):
+                raise MessageNotConforming(f"topic {topic!r} has a message schema: its"
+                                           f" messages are XML, not {content_type!r}")
+            got = ingest(content, content_type, topic=topic, publisher=originator,
+                         now=self._clock(), schema=self._selector_schema(described),
+                         validate=None if validate is None else partial(validate, described),
+                         message_id=message_id)
+        except InvalidMessage as exc:
+            log.info("publication refused", topic=topic, publisher=originator,
+                     code=int(exc.code), reason=str(exc))
+            raise
         if got.message_id is not None:
             self.core.items.check_publish(topic, got.message_id, publish_type, len(content))
         return Publication(topic=topic, source=originator, content=content,
@@ -378,18 +439,23 @@ class PubsubService:
                            expiration_date=got.expiration_date, fields=got.fields,
                            permission_token=permission_token, publisher_seq=publisher_seq)
 
-    @staticmethod
-    def _selector_schema(topic: Topic) -> SelectorSchema | None:
-        """The names a topic's selectors may use, which ingest extracts (broker/pubsub/
-        schemas.py: the topic's selector schema, else one made from its message schema);
-        None: §5.5.1's default for a topic without either, every field of the message."""
-        schema = TopicSchemas.of(topic).selector
-        return schema if schema is not None and schema.types else None
+    def _selector_schema(self, topic: Topic) -> SelectorSchema | None:
+        """The names ingest keeps in `fields`: the topic's selector schema, or §5.5.1's default
+        (its message schema and the headers); None, every field, when neither names any."""
+        found = schemas.TopicSchemas.of(topic).selector
+        return found if found is not None and found.types else None
 
-    def entitled(self, entry: JournalEntry, subscriber: str) -> bool:
-        """May `subscriber` receive `entry`? Only its permission token (XEP-0040 §5.1) can
-        withhold it: a grant must cover the token and no deny may (broker/entitlements.py);
-        a message without a token goes to every subscriber of its topic."""
+    def entitled(self, entry: JournalEntry, subscriber: str, *, live: bool = False) -> bool:
+        """May `subscriber` receive `entry` now? Not once it has expired (broker/expiry.py;
+        `live`: the live fan-out asks, where an expiration of `0` still goes), not if its
+        permission token (XEP-0040 §5.1) is not granted to the subscriber or is denied
+        (broker/entitlements.py), and on WKT=Subscriptions only if it describes one of the
+        subscriber's own subscriptions (content-based §6.3.1)."""
+        exp = entry.expiration_date
+        if exp is not None and expired(exp, self._clock(), live=live):
+            return False
+        if entry.topic == SUBSCRIPTIONS_TOPIC and not wkt.is_own(entry, subscriber):
+            return False
         token = entry.permission_token
         return token is None or self.access.token_allowed(subscriber, token, entry.topic)
 
@@ -470,10 +536,6 @@ class PubsubService:
 
 def _key(sub: Subscription) -> Key:
     return (sub.subscriber, sub.subscription_id)
-
-
-def _validate(topic: Topic, root: Any) -> None:
-    TopicSchemas.of(topic).validate(root)
 
 
 def _check_selector(topic: Topic, selector: Selector) -> Selector:

@@ -29,13 +29,14 @@ from typing import Any
 
 from common.errors import SelectorError, UnsupportedSelectorClass
 
-from ._ast import Cond, FieldType, fields_of
+from ._ast import And, Atom, Cond, FieldType, Not, Or, fields_of
 from ._eval import compile_condition
 from ._fields import HEADER_FIELDS, extract_fields
 from ._index import SubscriptionIndex
 from ._jms import parse_jms
 from ._ldap import parse_ldap
 from ._limits import (
+    DEFAULT_MAX_ATOMS,
     DEFAULT_MAX_BINDINGS,
     DEFAULT_MAX_FIELD_INSTANCES,
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -47,6 +48,7 @@ from ._schema import SelectorSchema, parse_selector_schema
 from ._spark import FIELDS_TYPE_DDL, condition_column, condition_sql
 
 __all__ = [
+    "DEFAULT_MAX_ATOMS",
     "DEFAULT_MAX_BINDINGS",
     "DEFAULT_MAX_FIELD_INSTANCES",
     "DEFAULT_MAX_MESSAGE_BYTES",
@@ -143,7 +145,8 @@ def compile(
 
     Raises:
         UnsupportedSelectorClass: (566) the class is not one of SelectorClass.
-        SelectorError: (567) the text is incorrect; `.position` and `.reason` say where and why.
+        SelectorError: (567) the text is incorrect, or over a limit (`_limits.py`: length,
+            nesting, predicates); `.position` and `.reason` say where and why.
     """
     try:
         klass = SelectorClass(selector_class)
@@ -161,4 +164,21 @@ def compile(
         schema = parse_selector_schema(schema)
     types = None if schema is None else schema.types
     condition = _PARSERS[klass](text, types)
+    atoms = _atom_count(condition)
+    if atoms > DEFAULT_MAX_ATOMS:
+        raise SelectorError(f"selector has {atoms} predicates; the limit is {DEFAULT_MAX_ATOMS}"
+                            " (an IN list counts as one)")
     return Selector(klass, text, condition, fields_of(condition), compile_condition(condition))
+
+
+def _atom_count(condition: Cond) -> int:
+    count, stack = 0, [condition]  # iterative: the tree may be DEFAULT_MAX_NESTING deep
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Atom):
+            count += 1
+        elif isinstance(node, Not):
+            stack.append(node.operand)
+        elif isinstance(node, And | Or):
+            stack.extend(node.operands)
+    return count

@@ -31,6 +31,16 @@ DEFAULT_MAX_SELECTOR_LENGTH = 64 * 1024
 #: cure is to build the boolean skeleton with the Column API and parse only atoms as SQL.
 DEFAULT_MAX_NESTING = 128
 
+#: Most atomic predicates one selector holds (567 beyond); an IN list is one, whatever its
+#: length. Each atom costs a pass over the instances of what it reads, for every message of the
+#: topic, and an atom the subscription index cannot key on (OR branches, LIKE, LDAP substrings
+#: and case-folded equality) re-reads its values itself: `(|(x=1)(x=2)…)` with 12,000 branches
+#: (60 KB, under the length limit) took 6.4 s per message whose x is 1 MB long, in the live
+#: index. 256 keeps that worst case to about a hundredth of it, still far above hand-written
+#: selectors (the draft's running example has three). The cure for the rest is to fold each
+#: value once per message, not once per atom.
+DEFAULT_MAX_ATOMS = 256
+
 #: Most instance bindings one atomic predicate evaluates. A predicate reading several repeated
 #: identifiers (`a = b`) is evaluated over the cross product of their instances, which a message
 #: with many repeats could blow up quadratically or worse. Beyond this many bindings the predicate

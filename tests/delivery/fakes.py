@@ -161,7 +161,7 @@ class FakeRoutes:
     def wants(self, link: str, entry: JournalEntry) -> bool:
         return any(lk == link for _, lk in self.recipient_links_for(entry))
 
-    def entitled(self, entry: JournalEntry, subscriber: str) -> bool:
+    def entitled(self, entry: JournalEntry, subscriber: str, *, live: bool = False) -> bool:
         token = entry.permission_token
         return token is None or (subscriber, token) not in self.denied
 

@@ -301,7 +301,8 @@ def test_live_and_spark_decisions_agree_on_the_real_journal(kafka_config: KafkaC
     bodies = [random_message(rng) for _ in range(40)] + \
         [quote(s, p) for s, p in QUOTES]
     delivered, entries = asyncio.run(_publish_generated(kafka_config, texts, bodies))
-    df = load_journal(spark, kafka_config).where("kind = 'DATA'")
+    df = load_journal(spark, kafka_config).where(
+        "kind = 'DATA' AND source = 'gen@example.com'")  # not the service's WKT messages
     compiled = [selectors.compile(k, t) for k, t in texts]
     columns = [sel.to_spark("fields").alias(f"s{i}") for i, sel in enumerate(compiled)]
     rows = df.select("source_seq", *columns).collect()
@@ -380,3 +381,52 @@ async def _topic_schema(config: KafkaConfig) -> None:
 def test_a_topics_selector_schema_decides_566_567_and_the_fields(kafka_config: KafkaConfig,
                                                                  ) -> None:
     asyncio.run(_topic_schema(kafka_config))
+
+
+def cached_quote(symbol: str, pct: float, mid: str, rev: int, exp: str | None) -> bytes:
+    expiry = "" if exp is None else f"<ps:expiration-date>{exp}</ps:expiration-date>"
+    return (f"<ps:message-content xmlns:ps='{PS}'>{expiry}<ps:message-id>{mid}</ps:message-id>"
+            f"<ps:revision-id>{rev}</ps:revision-id><ps:content>"
+            f"<equity-quote symbol='{symbol}'><net-change-pct>{pct}</net-change-pct>"
+            "</equity-quote></ps:content></ps:message-content>").encode()
+
+
+#: (symbol, pct, message-id, revision, expiration) before the subscriber comes
+HISTORY = [
+    ("XMPL", 10.0, "1", 0, None),       # replaced by revision 1, which still matches
+    ("XMPL", 12.0, "1", 1, "*"),        # cached: matches, latest revision, never expires
+    ("TEST", 7.0, "2", 0, None),        # replaced by revision 1, which does not match
+    ("TEST", 1.0, "2", 1, None),        # latest, does not match: not delivered
+    ("SMPL", -8.0, "3", 0, "2001-01-01T00:00:00Z"),  # expired: never cached
+    ("SMPL", 9.0, "4", 0, "0"),         # expiration 0: current subscribers only, never cached
+    ("IBM", 20.0, "5", 0, None),        # not selected
+    ("TEST", -6.0, "6", 3, "2099-01-01T00:00:00Z"),  # cached
+]
+
+
+async def _running_example_cached(config: KafkaConfig, sequenced: bool) -> None:
+    """§5.8 with `cached`: the subscriber gets the matching, unexpired, latest-revision cached
+    messages first (through its selector), then live traffic, once each."""
+    async with BrokerApp(config, robust=QUIET, sequenced=sequenced) as app:
+        pub = await PubsubClient.connect("127.0.0.1", app.port, "quote-service@example.com")
+        jade = await PubsubClient.connect("127.0.0.1", app.port, "jade@example.com")
+        await pub.create_topic(TOPIC)
+        for symbol, pct, mid, rev, exp in HISTORY:
+            await pub.publish(TOPIC, cached_quote(symbol, pct, mid, rev, exp), "application/xml")
+        sub_id = await jade.subscribe(TOPIC, 600, selector=SELECTOR, cached=True, batch=None)
+        await pub.publish(TOPIC, cached_quote("SMPL", 6.0, "7", 0, "0"), "application/xml")
+        await pub.publish(TOPIC, cached_quote("IBM", 6.0, "8", 0, None), "application/xml")
+        await pub.publish(TOPIC, cached_quote("XMPL", -9.0, "1", 2, None), "application/xml")
+        got = await _deliveries(jade, 4)
+        assert sorted(_symbol(d) for d in got[:2]) == [("TEST", -6.0), ("XMPL", 12.0)]
+        assert [_symbol(d) for d in got[2:]] == [("SMPL", 6.0), ("XMPL", -9.0)]
+        assert all(d.in_re == (sub_id,) for d in got)
+        assert not [e for e in await _drain(jade.events()) if isinstance(e, Delivered)]
+        for c in (pub, jade):
+            await c.close()
+
+
+@pytest.mark.parametrize("sequenced", [True, False], ids=["robust", "plain"])
+def test_running_example_with_cached_messages(kafka_config: KafkaConfig, sequenced: bool,
+                                              ) -> None:
+    asyncio.run(_running_example_cached(kafka_config, sequenced))

@@ -1,0 +1,231 @@
+"""Decision replay: for every (message, subscription) pair, what the live rule decides, and what
+the link carried.
+
+Theory of operation
+-------------------
+The live fan-out (broker/delivery/core.py `forward`) puts a journal DATA message on the link of
+every subscription to its topic that is active when it runs, if the subscriber is entitled to
+the message's permission token (broker/entitlements.py); a selector, where a subscription has
+one, must match the message's fields. The replay decides each pair the same way from the
+evidence: the subscription's lifetime (broker/spark/audit/registry.py) at the message's
+`appended_at`, the token rule's verdict then, the selector compiled to Spark SQL over the
+journal's `fields` (broker/selectors: the live path's three-valued semantics; UNKNOWN is no).
+Message expiration dates are not a live routing rule on the robust path today, nor is
+dataHopping (the fan-out does not look at either), so neither is replayed: see docs/audit.md.
+
+Pairs are judged per (link, message): several subscriptions may travel on one link, and a link
+carries a message once however many of them select it. *Carried* means a live delivery of
+(source, source seq) on that link in any epoch (a catch-up after a repair is a delivery).
+
+Every pair is one decision; the outcomes, one finding at most each:
+- wanted and carried, or neither: reconciled;
+- wanted, not carried: `missing`;
+- carried, the subscription active and selecting it but the token withheld: `withheld_delivered`;
+- carried against the lifetime or the selector: `decision_mismatch`;
+- carried on a link no subscription to the message's topic travels on, or a message the journal
+  does not hold: `extra` (a delivery with no pair).
+
+The edge. The broker decides when its fan-out runs and sees registry changes when its follower
+does: a little after the message's append and the change's record. A pair is *at the edge*,
+and either outcome reconciles it, when its message was appended: between `edge_ms` before its
+subscription's `created_at` and the moment the subscription's record was durable (the fan-out
+sees it from then); within `edge_ms` of its end, either side; or within `edge_ms` after its
+token verdict changed. docs/audit.md gives the rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import structlog
+
+from broker import selectors
+from broker.spark.audit.findings import as_findings
+from broker.spark.audit.registry import FOREVER, Lifetime
+from common.errors import ApexpsError
+
+__all__ = ["PAIR_KEY", "carried", "judge", "pair_findings", "pairs", "selector_keys",
+           "unpaired_deliveries"]
+
+log = structlog.get_logger(__name__)
+
+DataFrame = Any  # pyspark.sql.DataFrame
+Column = Any
+
+#: What identifies a judged (link, message) pair.
+PAIR_KEY = ("link", "source", "source_seq")
+
+
+def selector_keys(subs: Sequence[Lifetime]) -> dict[tuple[str, str], int]:
+    """A number per distinct (class, selector) among `subs`."""
+    keys: dict[tuple[str, str], int] = {}
+    for s in subs:
+        if s.selector:
+            keys.setdefault((s.selector_class or "JMS", s.selector), len(keys))
+    return keys
+
+
+def _selector_column(keys: Mapping[tuple[str, str], int], fields: str = "fields") -> Column:
+    """True where the pair's selector (by `sel_key`) matches, or it has none."""
+    from pyspark.sql import functions as F
+
+    column = F.when(F.col("sel_key").isNull(), F.lit(True))
+    for (cls, text), key in keys.items():
+        try:
+            match = selectors.compile(cls, text).to_spark(fields)
+        except ApexpsError as exc:  # a stored selector the broker never accepted: selects none
+            log.warning("subscription selector does not compile; it selects nothing",
+                        selector_class=cls, selector=text, error=str(exc))
+            match = F.lit(False)
+        column = column.when(F.col("sel_key") == key, match)
+    return F.coalesce(column.otherwise(F.lit(False)), F.lit(False))
+
+
+def pairs(messages: DataFrame, subs: DataFrame, ents: DataFrame,
+          keys: Mapping[tuple[str, str], int], edge_ms: int) -> DataFrame:
+    """One row per (message, subscription to its topic) with the replayed decision: `in_life`,
+    `allowed`, `selected`, `want`, `edge` (see the module doc).
+
+    `messages`: journal DATA rows (source, source_seq, topic, permission_token, fields, at_ms,
+    kafka_partition, kafka_offset); `subs`: lifetimes (label, subscriber, topic, link, sel_key,
+    start_ms, visible_ms, end_ms); `ents`: (subscriber, topic, token, from_ms, to_ms, allowed)."""
+    from pyspark.sql import functions as F
+
+    m, s, e = messages.alias("m"), subs.alias("s"), ents.alias("e")
+    joined = m.join(s, F.col("m.topic") == F.col("s.topic"))
+    verdict = joined.join(
+        e, (F.col("e.subscriber") == F.col("s.subscriber")) & (F.col("e.topic") == F.col("m.topic"))
+        & (F.col("e.token") == F.col("m.permission_token"))
+        & (F.col("e.from_ms") <= F.col("m.at_ms")) & (F.col("m.at_ms") < F.col("e.to_ms")),
+        "left")
+    at, start, end = F.col("m.at_ms"), F.col("s.start_ms"), F.col("s.end_ms")
+    token = F.col("m.permission_token")
+
+    visible, granted = F.col("s.visible_ms"), F.col("e.from_ms")
+    edge = (
+        # put in flight, or appended just before and fanned out after it was visible
+        ((start - edge_ms <= at) & (at < visible))
+        # appended just before its end and fanned out after, or the other way round
+        | ((end != FOREVER) & (end - edge_ms <= at) & (at < end + edge_ms))
+        # a token verdict that had just changed: the broker's view follows the registry
+        | (token.isNotNull() & (granted > 0) & (granted <= at) & (at < granted + edge_ms)))
+    out = verdict.select(
+        "m.source", "m.source_seq", "m.topic", "m.at_ms", "m.kafka_partition",
+        "m.kafka_offset", "m.permission_token", "m.fields",
+        "s.label", "s.subscriber", "s.link", "s.sel_key",
+        ((start <= at) & (at < end)).alias("in_life"),
+        (token.isNull() | F.coalesce(F.col("e.allowed"), F.lit(False))).alias("allowed"),
+        edge.alias("edge"),
+    )
+    out = out.withColumn("selected", _selector_column(keys)).drop("fields")
+    return out.withColumn("want", F.col("in_life") & F.col("allowed") & F.col("selected"))
+
+
+def carried(live: DataFrame) -> DataFrame:
+    """(link, source, source_seq) -> the first live delivery's link_seq, epoch, rec_ms, and
+    how many times the link carried it."""
+    from pyspark.sql import functions as F
+
+    order = F.struct("kafka_partition", "kafka_offset", "pack_index", "link_seq", "epoch",
+                     "rec_ms")
+    return (live.groupBy(*PAIR_KEY)
+            .agg(F.min(order).alias("_first"), F.count("*").alias("times"))
+            .select(*PAIR_KEY, F.col("_first.link_seq").alias("link_seq"),
+                    F.col("_first.epoch").alias("epoch"), F.col("_first.rec_ms").alias("rec_ms"),
+                    "times"))
+
+
+def judge(pair_rows: DataFrame, carried_rows: DataFrame) -> DataFrame:
+    """Per (link, message): the subscriptions' decisions folded (`want`: any wants it;
+    `withhold`: one would, but for the token; `edge`: any is at the edge; `label`,
+    `subscriber`: a wanting subscription first), joined with what the link carried
+    (`is_carried`, link_seq, rec_ms, times)."""
+    from pyspark.sql import functions as F
+
+    pick = F.struct(F.col("want").cast("int"), F.col("in_life").cast("int"), "label",
+                    "subscriber")
+    folded = pair_rows.groupBy(*PAIR_KEY, "topic", "at_ms", "kafka_partition",
+                               "kafka_offset").agg(
+        F.max("want").alias("want"), F.max("edge").alias("edge"),
+        F.max(F.col("in_life") & F.col("selected") & ~F.col("allowed")).alias("withhold"),
+        F.max(F.col("in_life")).alias("in_life"),
+        F.max(pick).alias("_pick"))
+    return (folded.join(carried_rows, list(PAIR_KEY), "left")
+            .withColumn("is_carried", F.col("times").isNotNull())
+            .withColumn("label", F.col("_pick.label"))
+            .withColumn("subscriber", F.col("_pick.subscriber")).drop("_pick"))
+
+
+def pair_findings(judged: DataFrame) -> DataFrame:
+    """`missing`, `withheld_delivered` and `decision_mismatch` findings of judged pairs."""
+    from pyspark.sql import functions as F
+
+    common = {"source": "source", "source_seq": "source_seq", "subscriber": "subscriber",
+              "subscription": "label", "link": "link", "topic": "topic",
+              "journal_partition": "kafka_partition", "journal_offset": "kafka_offset"}
+    firm = ~F.col("edge")
+    missing = as_findings(
+        judged.filter(F.col("want") & ~F.col("is_carried") & firm), "missing", **common,
+        at_ms="at_ms", detail=F.format_string(
+            "appended at %d ms, never carried on link %s", "at_ms", "link"))
+    wrongly = judged.filter(~F.col("want") & F.col("is_carried") & firm)
+    withheld = as_findings(
+        wrongly.filter(F.col("withhold")), "withheld_delivered", **common,
+        link_seq="link_seq", at_ms="rec_ms",
+        detail=F.lit("carried although the subscriber's permission token rule withheld it"))
+    mismatch = as_findings(
+        wrongly.filter(~F.col("withhold")), "decision_mismatch", **common,
+        link_seq="link_seq", at_ms="rec_ms",
+        detail=F.when(~F.col("in_life"), F.lit(
+            "carried although no subscription to its topic on this link was active when it "
+            "was appended")).otherwise(F.lit("carried although the selector does not match")))
+    return missing.unionByName(withheld).unionByName(mismatch)
+
+
+def unpaired_deliveries(live: DataFrame, messages: DataFrame, judged: DataFrame,
+                        covered: DataFrame, *, whole: bool, topic: str | None = None,
+                        ) -> DataFrame:
+    """`extra` findings: live deliveries no pair explains. A delivery of a journal message on
+    a link without a subscription to its topic; a delivery of a (source, source seq) the
+    journal does not hold although the window covers it (`covered`: source, first, last of
+    the window, and holes as (source, from_seq, to_seq); a seq in a hole is the source's
+    finding, not the link's). `whole`: the window is every record retained, so a delivery of
+    a source the journal never saw is extra too. `topic`: only deliveries of that topic's
+    messages are judged (a link record does not name its topic)."""
+    from pyspark.sql import functions as F
+
+    first = (live.groupBy(*PAIR_KEY).agg(F.min(F.struct(
+        "kafka_partition", "kafka_offset", "pack_index", "link_seq", "rec_ms",
+        "journal_partition", "journal_offset")).alias("_f"))
+        .select(*PAIR_KEY, "_f.link_seq", "_f.rec_ms", "_f.journal_partition",
+                "_f.journal_offset"))
+    unjudged = first.join(judged.select(*PAIR_KEY), list(PAIR_KEY), "left_anti")
+    known = unjudged.join(messages.select("source", "source_seq", "topic"),
+                          ["source", "source_seq"])
+    if topic is not None:
+        known = known.filter(F.col("topic") == topic)
+    no_sub = as_findings(
+        known, "extra", source="source", source_seq="source_seq", link="link",
+        link_seq="link_seq", topic="topic", journal_partition="journal_partition",
+        journal_offset="journal_offset", at_ms="rec_ms", detail=F.format_string(
+            "carried, but no subscription to %s travels on link %s", "topic", "link"))
+
+    unknown = unjudged.join(messages.select("source", "source_seq"), ["source", "source_seq"],
+                            "left_anti")
+    bounds = covered.select("source", "first", "last")
+    holes = covered.select("source", F.explode_outer("holes").alias("h"))
+    inside = unknown.join(bounds, "source", "left").filter(
+        (F.col("first").isNull() & F.lit(whole))
+        | ((F.col("source_seq") >= F.col("first")) & (F.col("source_seq") <= F.col("last"))))
+    in_hole = inside.join(
+        holes, (inside["source"] == holes["source"]) & (F.col("h.from_seq") <= F.col("source_seq"))
+        & (F.col("source_seq") <= F.col("h.to_seq")), "left_semi")
+    strays = inside.join(in_hole.select(*PAIR_KEY), list(PAIR_KEY), "left_anti")
+    stray = as_findings(
+        strays, "extra", source="source", source_seq="source_seq", link="link",
+        link_seq="link_seq", journal_partition="journal_partition",
+        journal_offset="journal_offset", at_ms="rec_ms", detail=F.format_string(
+            "carried source seq %d of %s, which the journal does not hold", "source_seq",
+            "source"))
+    return no_sub if topic is not None else no_sub.unionByName(stray)

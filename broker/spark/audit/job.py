@@ -1,0 +1,195 @@
+"""The reconciliation as one function: decoded frames in, findings and the frames behind them out.
+
+`audit(spark, inputs, options)` is pure in the Spark sense: it reads nothing and writes
+nothing; the launcher (adapters/cli/audit_cmd.py) reads Kafka into `AuditInputs`, and writes
+what `Audit` holds (findings Parquet, summary.json, the report). Only the registries are
+collected on the way (broker/spark/audit/registry.py says why they may be).
+
+Order of work: the journal's decode errors and per-source checks (sources.py); the link log's
+records, deliveries and log-only faults (links.py); the registries' lifetimes and token
+verdicts (registry.py); the decision replay (decisions.py). `--topic` narrows the messages and
+the subscriptions; `--subscriber` the subscriptions and the links they travel on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.spark.audit import decisions, links, registry, sources
+from broker.spark.audit.findings import as_findings, millis
+
+__all__ = ["DEFAULT_EDGE_MS", "Audit", "AuditInputs", "AuditOptions", "audit"]
+
+DataFrame = Any  # pyspark.sql.DataFrame
+SparkSession = Any
+
+#: The edge of a decision (decisions.py): how long after a message's append, or a registry
+#: change, the live broker may still decide on the state before it. The fan-out follows the
+#: journal within milliseconds when healthy; a restarted broker re-follows from its fan-out
+#: marks, seconds later. Five seconds covers both without blurring a whole window.
+DEFAULT_EDGE_MS = 5_000
+
+
+@dataclass(frozen=True)
+class AuditInputs:
+    """Decoded frames (broker/spark/journal_reader.py, readers.py)."""
+
+    journal: DataFrame
+    links: DataFrame
+    subscriptions: DataFrame
+    access: DataFrame
+
+
+@dataclass(frozen=True)
+class AuditOptions:
+    topic: str | None = None
+    subscriber: str | None = None
+    #: journal partitions the window reads from their first record (offset 0): their sources
+    #: must begin at seq 1 (sources.py)
+    from_start: tuple[int, ...] = ()
+    #: the window is every retained record of every topic (a delivery of a source the journal
+    #: never held is then extra)
+    whole: bool = False
+    edge_ms: int = DEFAULT_EDGE_MS
+
+
+@dataclass
+class Audit:
+    findings: DataFrame
+    #: per source: source, first, last, messages, gaps
+    source_stats: DataFrame
+    #: source, from_seq, to_seq, at_ms, ...
+    holes: DataFrame
+    #: the journal DATA messages judged (after --topic): source, source_seq, topic, at_ms, ...
+    messages: DataFrame
+    #: one row per (message, subscription) decision (decisions.pairs)
+    pairs: DataFrame
+    #: per (link, message) (decisions.judge)
+    judged: DataFrame
+    #: deliveries with no pair (extra findings' rows)
+    unpaired: DataFrame
+    lifetimes: list[registry.Lifetime] = field(default_factory=list)
+
+
+def _messages(journal: DataFrame) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    return journal.filter(F.col("decode_error").isNull() & (F.col("kind") == "DATA")).select(
+        "source", "source_seq", "topic", "permission_token", "fields",
+        millis("appended_at").alias("at_ms"), "kafka_partition", "kafka_offset")
+
+
+def _decode_errors(frames: dict[str, DataFrame]) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    out: DataFrame = None
+    for role, df in frames.items():
+        bad = df.filter(F.col("decode_error").isNotNull())
+        one = as_findings(
+            bad, "decode_error",
+            journal_partition="kafka_partition" if role == "journal" else None,
+            journal_offset="kafka_offset" if role == "journal" else None,
+            at_ms=millis("kafka_timestamp"),
+            detail=F.format_string(f"{role} partition %d offset %d: %s", "kafka_partition",
+                                   "kafka_offset", "decode_error"))
+        out = one if out is None else out.unionByName(one)
+    return out.dropDuplicates()  # a pack that fails is one row per pack already
+
+
+def _subscription_rows(subscriptions: DataFrame) -> list[dict[str, Any]]:
+    from pyspark.sql import functions as F
+
+    rows = subscriptions.filter(F.col("decode_error").isNull()).select(
+        "kafka_partition", "kafka_offset", millis("kafka_timestamp").alias("kafka_timestamp"),
+        "kafka_key", "deleted", "subscriber", "subscription_id", "topic", "state",
+        millis("created_at").alias("created_at"), millis("expires_at").alias("expires_at"),
+        "selector_class", "selector", "link_id").collect()
+    return [r.asDict() for r in rows]
+
+
+def _access_rows(access: DataFrame) -> list[dict[str, Any]]:
+    from pyspark.sql import functions as F
+
+    rows = access.filter(F.col("decode_error").isNull()).select(
+        "kafka_partition", "kafka_offset", millis("kafka_timestamp").alias("kafka_timestamp"),
+        "kafka_key", "deleted", "entry_id", "originator", "tokens", "topic", "effect",
+        millis("created_at").alias("created_at"), "kind").collect()
+    return [r.asDict() for r in rows]
+
+
+def audit(spark: SparkSession, inputs: AuditInputs, options: AuditOptions) -> Audit:
+    """The reconciliation (see the package doc); nothing runs until a result is read."""
+    from pyspark.sql import functions as F
+
+    # Per source: with --topic, the sources that published on it, all their records (a
+    # source's seqs run across its topics, and a hole has no topic).
+    ranges = sources.covered_ranges(inputs.journal)
+    if options.topic is not None:
+        ranges = ranges.join(ranges.filter(F.col("topic") == options.topic).select("source"),
+                             "source", "left_semi")
+    ranges = ranges.cache()
+    holes = sources.source_holes(ranges, options.from_start).cache()
+    stats = sources.source_stats(ranges).cache()
+    found = [sources.source_findings(ranges, holes)]
+
+    # The registries, on the driver.
+    lifetimes = registry.lifetimes(_subscription_rows(inputs.subscriptions))
+    if options.topic is not None:
+        lifetimes = [s for s in lifetimes if s.topic == options.topic]
+    if options.subscriber is not None:
+        lifetimes = [s for s in lifetimes if s.subscriber == options.subscriber]
+    keys = decisions.selector_keys(lifetimes)
+    subs = spark.createDataFrame(
+        [(s.label, s.subscriber, s.topic, s.link,
+          keys.get((s.selector_class or "JMS", s.selector)) if s.selector else None,
+          s.start_ms, s.visible_ms, s.end_ms) for s in lifetimes],
+        "label string, subscriber string, topic string, link string, sel_key int, "
+        "start_ms bigint, visible_ms bigint, end_ms bigint")
+
+    all_messages = _messages(inputs.journal)
+    messages = (all_messages if options.topic is None
+                else all_messages.filter(F.col("topic") == options.topic)).cache()
+    tokened = {(r["topic"], r["permission_token"]) for r in messages.filter(
+        F.col("permission_token").isNotNull()).select("topic", "permission_token")
+        .distinct().collect()}
+    needed = {(s.subscriber, topic, token) for s in lifetimes for topic, token in tokened
+              if s.topic == topic}
+    ents = spark.createDataFrame(
+        registry.entitlement_intervals(_access_rows(inputs.access), needed),
+        "subscriber string, topic string, token string, from_ms bigint, to_ms bigint, "
+        "allowed boolean")
+
+    # The link log.
+    records = links.link_records(inputs.links)
+    if options.subscriber is not None:
+        records = records.filter(F.col("link").isin(sorted({s.link for s in lifetimes})))
+    records = records.cache()
+    live = links.deliveries(records)
+    # Log faults of messages the window holds (the link log is read past it), named with
+    # their message's topic.
+    log_faults = links.link_findings(records, live).drop("topic").join(
+        all_messages.select("source", "source_seq", "topic"), ["source", "source_seq"])
+    if options.topic is not None:
+        log_faults = log_faults.filter(F.col("topic") == options.topic)
+    found.append(log_faults.select(*found[0].columns))
+
+    # The decisions.
+    pair_rows = decisions.pairs(messages, subs, ents, keys, options.edge_ms).cache()
+    judged = decisions.judge(pair_rows, decisions.carried(live)).cache()
+    found.append(decisions.pair_findings(judged))
+    covered = stats.join(holes.groupBy("source").agg(
+        F.collect_list(F.struct("from_seq", "to_seq")).alias("holes")), "source", "left")
+    unpaired = decisions.unpaired_deliveries(live, all_messages, judged, covered,
+                                             whole=options.whole, topic=options.topic).cache()
+    found.append(unpaired)
+    found.append(_decode_errors({"journal": inputs.journal, "links": inputs.links,
+                                 "subscriptions": inputs.subscriptions,
+                                 "access": inputs.access}))
+
+    findings = found[0]
+    for more in found[1:]:
+        findings = findings.unionByName(more)
+    return Audit(findings=findings.cache(), source_stats=stats, holes=holes,
+                 messages=messages, pairs=pair_rows, judged=judged, unpaired=unpaired,
+                 lifetimes=lifetimes)

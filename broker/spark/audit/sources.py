@@ -1,0 +1,142 @@
+"""Per source: every source seq of the window accounted for, none twice, in order.
+
+Theory of operation
+-------------------
+Invariant 2: a source's seqs rise strictly, and any missing number is explained by an explicit
+GAP record (`[source_seq, gap_to]`). So each journal record of a source *covers* a range: a
+DATA record its one seq, a GAP record its whole range. Sorted by the start of that range, a
+running maximum of the ends says how far the source is accounted for; a record starting more
+than one past it opens a *hole* (`source_hole`, one finding per hole, from the first missing
+seq to the last).
+
+Where the count starts. A window that begins at the start of a journal partition (the read began
+at `earliest` and that partition's first offset is 0: retention has removed nothing) must start
+every source of the partition at seq 1, so a lost first message is a hole. Any other window
+starts a source at the first seq it holds of it: the source checkpoint (`NS.sources`) is the
+newest position only, not the seq before an instant, so a hole right at a window's start cannot
+be told from the window alone — audit from `earliest` to prove a source's beginning.
+
+Duplicates (`source_duplicate`): one source seq journaled more than once (the detail says
+whether the copies' content is the same), or one publication journaled twice under two seqs —
+same publisher seq and same content (the publish gate answers a publisher's resend from its
+ledger; a second copy in the journal means it did not). A copy that comes back later is a
+duplicate, not also an order fault.
+
+Order (`source_order`): a source's records all go to one journal partition, in seq order; a
+record whose seq is below one an earlier offset of the source already had is out of order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from broker.spark.audit.findings import as_findings, millis
+
+__all__ = ["covered_ranges", "source_findings", "source_holes", "source_stats"]
+
+DataFrame = Any  # pyspark.sql.DataFrame
+
+
+def covered_ranges(journal: DataFrame) -> DataFrame:
+    """Decoded journal records as (source, lo, hi, kind, ...): the seqs each one accounts for."""
+    from pyspark.sql import functions as F
+
+    return journal.filter(F.col("decode_error").isNull() & F.col("source").isNotNull()).select(
+        "source", "topic", "kind", "kafka_partition", "kafka_offset", "publisher_seq",
+        F.col("source_seq").alias("lo"),
+        F.when(F.col("kind") == "GAP", F.greatest("gap_to", "source_seq"))
+        .otherwise(F.col("source_seq")).alias("hi"),
+        millis("appended_at").alias("at_ms"),
+        F.sha2(F.coalesce(F.col("content"), F.lit(b"")), 256).alias("digest"),
+    )
+
+
+def source_holes(ranges: DataFrame, from_start: Sequence[int] = ()) -> DataFrame:
+    """(source, from_seq, to_seq, at_ms, kafka_partition, kafka_offset, topic) per hole;
+    `from_start`: journal partitions whose sources must begin at seq 1 (see the module doc)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    w = Window.partitionBy("source").orderBy("lo", "hi", "kafka_offset")
+    before = w.rowsBetween(Window.unboundedPreceding, -1)
+    start = (F.when(F.col("kafka_partition").isin(list(from_start)), F.lit(0))
+             if from_start else F.lit(None))
+    reached = F.coalesce(F.max("hi").over(before), start.cast("bigint"))
+    return (ranges.withColumn("reached", reached)
+            .filter(F.col("reached").isNotNull() & (F.col("lo") > F.col("reached") + 1))
+            .select("source", (F.col("reached") + 1).alias("from_seq"),
+                    (F.col("lo") - 1).alias("to_seq"), "at_ms", "kafka_partition",
+                    "kafka_offset", "topic"))
+
+
+def _duplicates(ranges: DataFrame) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    data = ranges.filter(F.col("kind") == "DATA")
+    twice = (data.groupBy("source", "lo").agg(
+        F.count("*").alias("n"), F.countDistinct("digest").alias("contents"),
+        F.min(F.struct("kafka_partition", "kafka_offset", "at_ms", "topic")).alias("first"),
+        F.sort_array(F.collect_list("kafka_offset")).alias("offsets"))
+        .filter(F.col("n") > 1))
+    by_seq = as_findings(
+        twice, "source_duplicate", source="source", source_seq="lo",
+        topic=F.col("first.topic"), journal_partition=F.col("first.kafka_partition"),
+        journal_offset=F.col("first.kafka_offset"), at_ms=F.col("first.at_ms"),
+        detail=F.format_string("source seq %d journaled %d times (offsets %s), %s", "lo", "n",
+                               F.array_join(F.col("offsets").cast("array<string>"), ","),
+                               F.when(F.col("contents") == 1, F.lit("same content"))
+                               .otherwise(F.lit("different content"))))
+    # One publication under two seqs: same publisher seq, same content.
+    firsts = (data.filter(F.col("publisher_seq").isNotNull())
+              .groupBy("source", "publisher_seq", "digest")
+              .agg(F.min("lo").alias("first_seq")))
+    again = (data.join(firsts, ["source", "publisher_seq", "digest"])
+             .filter(F.col("lo") > F.col("first_seq")))
+    by_pubseq = as_findings(
+        again, "source_duplicate", source="source", source_seq="lo", topic="topic",
+        journal_partition="kafka_partition", journal_offset="kafka_offset", at_ms="at_ms",
+        detail=F.format_string("publisher seq %d journaled again with the same content "
+                               "(first as source seq %d)", "publisher_seq", "first_seq"))
+    return by_seq.unionByName(by_pubseq)
+
+
+def _order(ranges: DataFrame) -> DataFrame:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    log_order = Window.partitionBy("source").orderBy("kafka_partition", "kafka_offset")
+    before = log_order.rowsBetween(Window.unboundedPreceding, -1)
+    copies = Window.partitionBy("source", "lo").orderBy("kafka_partition", "kafka_offset")
+    late = (ranges.withColumn("highest", F.max("hi").over(before))
+            .withColumn("copy", F.row_number().over(copies))
+            .filter((F.col("copy") == 1) & (F.col("lo") < F.col("highest"))))
+    return as_findings(
+        late, "source_order", source="source", source_seq="lo", topic="topic",
+        journal_partition="kafka_partition", journal_offset="kafka_offset", at_ms="at_ms",
+        detail=F.format_string("source seq %d journaled after seq %d", "lo", "highest"))
+
+
+def source_findings(ranges: DataFrame, holes: DataFrame) -> DataFrame:
+    """`source_hole`, `source_duplicate` and `source_order` findings."""
+    from pyspark.sql import functions as F
+
+    hole = as_findings(
+        holes, "source_hole", source="source", source_seq="from_seq", topic="topic",
+        journal_partition="kafka_partition", journal_offset="kafka_offset", at_ms="at_ms",
+        detail=F.format_string("source seqs %d..%d missing, and no GAP record explains them",
+                               "from_seq", "to_seq"))
+    return hole.unionByName(_duplicates(ranges)).unionByName(_order(ranges))
+
+
+def source_stats(ranges: DataFrame) -> DataFrame:
+    """(source, first, last, first_ms, last_ms, messages, gaps) per source: its first and
+    last seq in the window, when its first and last record were appended, its DATA records
+    and its GAP records."""
+    from pyspark.sql import functions as F
+
+    return ranges.groupBy("source").agg(
+        F.min("lo").alias("first"), F.max("hi").alias("last"),
+        F.min("at_ms").alias("first_ms"), F.max("at_ms").alias("last_ms"),
+        F.sum(F.when(F.col("kind") == "DATA", 1).otherwise(0)).alias("messages"),
+        F.sum(F.when(F.col("kind") == "GAP", 1).otherwise(0)).alias("gaps"))
