@@ -28,10 +28,10 @@ the same content model: `(c*|d)*` took 1.2 s on 40 elements, `(c{0,100}){0,100}`
 5,000, `((c|d)*)*` 1.6 s on 100 — per element whose model it is, so a message of many such
 elements costs minutes; so nested repetition is refused, and one repeating particle per path
 of a content model (`(c|d)*`, `c{0,100000}`, `(c*, d)`) is linear and accepted. Its regular
-expressions backtrack over a quantified group (`xs:pattern value='(a|aa)*b'`: 0.4 s per value before libxml2 gives up), so such
-patterns are refused too. A message is refused by size before it is parsed
-(`DEFAULT_MAX_MESSAGE_BYTES`, by ingest's one parse, whose tree `validate` takes); what
-remains is linear in the message.
+expressions backtrack over a quantified group (`xs:pattern value='(a|aa)*b'`: 0.4 s per value
+before libxml2 gives up), so such patterns are refused too. A message is refused by size
+before it is parsed (`DEFAULT_MAX_MESSAGE_BYTES`, by ingest's one parse, whose tree `validate`
+takes); what remains is linear in the message.
 
 What is validated: the message body (§5.2) — the one element inside `ps:content` of a
 `ps:message-content` document, or the document element of a bare body. The default message
