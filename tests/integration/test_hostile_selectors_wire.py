@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from adapters.client.pubsub_client import Delivered, PubsubClient
+from broker.core import BrokerCore
 from broker.kafka_io import KafkaConfig
 from common.errors import SelectorError, UnsupportedSelectorClass
 from tests.integration.broker_process import start_broker
@@ -40,6 +41,16 @@ NOT_FITTING = [
 ]
 
 
+def _subscribed_topics(config: KafkaConfig) -> list[str]:
+    """The topics of every subscription Kafka holds (the registry the broker writes first)."""
+    core = BrokerCore(config)
+    core.open()
+    try:
+        return [sub.topic for sub in core.subscriptions]
+    finally:
+        core.close()
+
+
 def _peak_rss_kib(pid: int) -> int:
     status = Path(f"/proc/{pid}/status").read_text()
     return int(next(x for x in status.splitlines() if x.startswith("VmHWM:")).split()[1])
@@ -62,8 +73,10 @@ async def _refusals(config: KafkaConfig) -> int:
             with pytest.raises(error):
                 await fred.subscribe("quotes", 600, selector=text, selector_class=klass)
             # the same selector is fine where no schema constrains it
-            await fred.subscribe("free", 1, selector=text, selector_class=klass)
+            await fred.subscribe("free", 600, selector=text, selector_class=klass)
         grown = _peak_rss_kib(proc.pid) - start
+        recorded = await asyncio.to_thread(_subscribed_topics, config)
+        assert "quotes" not in recorded and recorded, recorded
         # nothing recorded for "quotes"; a fitting selector is served and selects
         sub_id = await fred.subscribe("quotes", 600, selector="symbol = 'XMPL' AND"
                                       " net-change-pct > 5.0")
@@ -73,7 +86,7 @@ async def _refusals(config: KafkaConfig) -> int:
             await admin.publish("quotes", f"<equity-quote symbol='{symbol}'><net-change-pct>"
                                 f"{pct}</net-change-pct></equity-quote>".encode(),
                                 "application/xml")
-        while True:  # the short-lived subscriptions to "free" may end meanwhile
+        while True:  # only a Delivered counts here
             got = await asyncio.wait_for(anext(events), 60)
             if isinstance(got, Delivered):
                 break
