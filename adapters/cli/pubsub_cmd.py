@@ -55,7 +55,7 @@ from adapters.client.reconnect import (
 from adapters.client.robust_client import Message, RobustSubscriber
 from broker.pubsub.ingest import MAX_REVISION
 from broker.selectors import SelectorClass
-from common.errors import ParameterSyntaxError
+from common.errors import ConfigError, ParameterSyntaxError
 
 __all__ = ["register"]
 
@@ -79,11 +79,11 @@ async def _connect(args: argparse.Namespace) -> PubsubClient:
 
 
 async def _topic(args: argparse.Namespace) -> int:
+    schemas = _schemas(args) if args.action == "create" else {}  # bad files: before connecting
     client = await _connect(args)
     try:
         if args.action == "create":
-            await client.create_topic(args.name, description=args.description,
-                                      **_schemas(args))
+            await client.create_topic(args.name, description=args.description, **schemas)
             print(f"created {args.name}")
         elif args.action == "delete":
             await client.delete_topic(args.name)
@@ -106,12 +106,19 @@ def _schemas(args: argparse.Namespace) -> dict[str, Any]:
     if given is not None:
         path = Path(given)
         if path.is_file() or given.endswith(".xsd") or "/" in given:
-            out["message_schema"] = message_schema_element(path.read_bytes())
+            out["message_schema"] = message_schema_element(_read_file(path))
         else:
             out["message_schema"] = message_schema_element(named=given)
     if args.selector_schema is not None:
-        out["selector_schemas"] = selector_schema_elements(Path(args.selector_schema).read_bytes())
+        out["selector_schemas"] = selector_schema_elements(_read_file(Path(args.selector_schema)))
     return out
+
+
+def _read_file(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
 def _read_all(path: str) -> bytes:

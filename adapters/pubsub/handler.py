@@ -17,12 +17,16 @@ What leaves: forwarding of journaled messages (`forward`, called with what the j
 read back, which first advances the data item state; with a link log, sequenced per subscriber
 link by `sequenced.SequencedFanout`, which also serves gap requests, source repairs, capability
 queries, snapshots and heartbeats), cancel notices on expiry and topic deletion, forwarded
-requests to redistributors, and replies a redistributor sent us, passed on to whoever asked.
+requests to redistributors, and replies a redistributor sent us, passed on to whoever asked;
+and the well-known topics' messages (content-based §6, `_wkt_publisher`), journaled before the
+250 of the operation that changed them.
 
 Management runs in a worker thread (registry writes wait for Kafka) under one lock, so two
-requests never interleave their check-then-write steps. A subscribe with snapshot='true' ends
-with one step on the event loop (`_open_with_snapshot`): the snapshot is queued on the link and
-the subscription made visible to `forward` together, between two forwards (robust-binding §9).
+requests never interleave their check-then-write steps. A subscribe with snapshot='true' or
+with `cached` (content-based §5.8) ends with one step on the event loop (`_open_with_snapshot`,
+`_open_with_cache` on the plain path): the item state (the cached messages) is queued on the
+link and the subscription made visible to `forward` together, between two forwards
+(robust-binding §9).
 """
 
 from __future__ import annotations
