@@ -30,8 +30,9 @@ lasts, `TERMINATED` with a reason (cancelled, expired, topic deleted) as a drop 
 Privacy (§6.3.1). A subscriber of `WKT=Subscriptions` receives only messages about its own
 subscriptions: `is_own` is the default selector "subscriber = your endpoint", applied by the
 service's entitlement check to live data, gap fills, repairs and cached messages alike, so
-nothing of another endpoint's subscriptions reaches a link. The subscriber element is also in
-the journal's `fields`, where selectors and Spark read it.
+nothing of another endpoint's subscriptions reaches a link. The messages' `fields` are what the
+ingest would store for them (`extract_fields`, every element and header), so a subscriber's own
+selector and Spark read them like any message's, and `is_own` reads `subscriber` there.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from broker.records import JournalEntry, Publication, PublishType, Subscription, Topic
+from broker.selectors import extract_fields
 
 __all__ = [
     "PS_NAMESPACE",
@@ -136,24 +138,21 @@ def topic_message(topic: Topic | str, *, service: str, revision: int, now_ms: in
     its owner, description and schemas) or deleted (its name: disposition cancel, a drop)."""
     name = topic if isinstance(topic, str) else topic.name
     body = [f"<topic-name>{_esc(name)}</topic-name>"]
-    fields = {"topic-name": [name]}
     if isinstance(topic, str):
         body.append("<disposition>cancel</disposition>")
-        fields["disposition"] = ["cancel"]
     else:
         body.append("<disposition>publish</disposition>")
-        fields["disposition"] = ["publish"]
         if topic.owner:
             body.append(f"<publisher endpoint='{_esc(topic.owner)}' />")
         if topic.description:
             body.append(f"<description>{_esc(topic.description)}</description>")
         body.extend(_schemas(topic))
+    content = _message(TOPICS_TOPIC, service, name, revision, now_ms=now_ms, body=body)
     return Publication(
-        topic=TOPICS_TOPIC, source=service, content_type=content_type,
-        content=_message(TOPICS_TOPIC, service, name, revision, now_ms=now_ms, body=body),
+        topic=TOPICS_TOPIC, source=service, content_type=content_type, content=content,
         publish_type=PublishType.DROP if isinstance(topic, str) else PublishType.UPDATE,
         message_id=name, revision_id=str(revision), publication_date=now_ms,
-        expiration_date="*", fields=fields)
+        expiration_date="*", fields=extract_fields(content))
 
 
 def subscription_message_id(sub: Subscription) -> str:
@@ -179,15 +178,12 @@ def subscription_message(sub: Subscription, *, service: str, revision: int, now_
     ]
     if ended is not None:
         body.append(f"<reason>{_esc(ended)}</reason>")
-    fields = {"subscriber": [sub.subscriber], "subscription-id": [sub.subscription_id],
-              "topic-name": [sub.topic], "current-status": [status]}
+    content = _message(SUBSCRIPTIONS_TOPIC, service, mid, revision, now_ms=now_ms, body=body)
     return Publication(
-        topic=SUBSCRIPTIONS_TOPIC, source=service, content_type=content_type,
-        content=_message(SUBSCRIPTIONS_TOPIC, service, mid, revision, now_ms=now_ms,
-                         body=body),
+        topic=SUBSCRIPTIONS_TOPIC, source=service, content_type=content_type, content=content,
         publish_type=PublishType.UPDATE if ended is None else PublishType.DROP,
         message_id=mid, revision_id=str(revision), publication_date=now_ms,
-        expiration_date="*", fields=fields)
+        expiration_date="*", fields=extract_fields(content))
 
 
 def is_own(entry: JournalEntry, subscriber: str) -> bool:

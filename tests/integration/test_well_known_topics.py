@@ -154,7 +154,21 @@ async def _subscriptions(config: KafkaConfig) -> None:
         assert field(ended, "current-status") == "TERMINATED"
         assert field(ended, "reason") == "cancelled"
         assert ended.stamp is not None and ended.stamp.publish_type is PublishType.DROP
-        for c in (jade, fred):
+
+        # a selector of one's own narrows one's own view; it never widens it to another's
+        barney = await connect("barney@example.com")
+        barney_events = barney.events()
+        await barney.subscribe(SUBS, 600, cached=True, selector="(topic-name=q.two)",
+                               selector_class="RFC-2254")
+        await fred.subscribe("q.one", 600)  # fred's: not barney's to see
+        await barney.subscribe("q.one", 600)  # barney's, but not q.two
+        await barney.subscribe("q.two", 600)  # barney's and q.two: seen
+        seen = [e for e in await until(
+            barney_events, lambda e: isinstance(e, Delivered) and b"q.two" in e.content)
+            if isinstance(e, Delivered)]
+        assert [(field(d, "subscriber"), field(d, "topic-name")) for d in seen] == [
+            ("barney@example.com", "q.two")]
+        for c in (jade, fred, barney):
             await c.close()
 
 
