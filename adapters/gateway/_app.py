@@ -177,6 +177,13 @@ def _admit(request: web.Request) -> None:
         raise HttpError(503, f"{int(limits['max_streams'])} event streams are open already")
 
 
+def _aborter(request: web.Request) -> Callable[[], None]:
+    def abort() -> None:
+        if request.transport is not None:
+            request.transport.abort()  # close() would wait to flush to a client not reading
+    return abort
+
+
 async def _events(request: web.Request) -> web.StreamResponse:
     who = request.app[_AUTH](request)
     feed = request.app[_FEEDS].get(request.match_info["id"], who.user)
@@ -188,6 +195,7 @@ async def _events(request: web.Request) -> web.StreamResponse:
     assert task is not None
     request.app[_OPEN].add(task)
     stream, gap = feed.open_stream(after)
+    stream.on_overflow = _aborter(request)
     response = web.StreamResponse(headers={
         "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
         "X-Accel-Buffering": "no"})
@@ -261,6 +269,7 @@ async def _websocket(request: web.Request) -> web.WebSocketResponse:
                 else:
                     feed = await feeds.subscribe(who, op)
                     stream, _ = feed.open_stream(None)
+                    stream.on_overflow = _aborter(request)
                     await ws.send_json({"subscribed": _feed_view(request, feed)})
                     pumps[feed.id] = asyncio.create_task(pump(feed, stream))
             except HttpError as exc:

@@ -39,7 +39,7 @@ import structlog
 from adapters.apex.endpoint import Endpoint
 from adapters.client.pubsub_client import Delivered, LinkTraffic, PubsubClient
 from adapters.client.robust_client import Message, RobustSubscriber
-from common.errors import ApexpsError, ServiceNotAvailable
+from common.errors import ApexpsError, ReplyCode, ServiceNotAvailable
 
 from ._api import (
     DEFAULT_REPLAY,
@@ -83,6 +83,9 @@ class Stream:
         self._ready = asyncio.Event()
         #: why the stream ended (None: open)
         self.closed: str | None = None
+        #: called when the reader is too far behind: the connection must go now, since its
+        #: writer may be waiting for a client that never reads (set by the HTTP handler)
+        self.on_overflow: Callable[[], None] | None = None
 
     def offer(self, seq: int, event: bytes) -> bool:
         """Queue an event; False (and the stream closed) when the reader is too far behind."""
@@ -90,6 +93,8 @@ class Stream:
             return False
         if len(self._items) >= self._limit:
             self.close("slow reader")
+            if self.on_overflow is not None:
+                self.on_overflow()
             return False
         self._items.append((seq, event))
         self._ready.set()
@@ -254,19 +259,26 @@ class Feeds:
         ident = secrets.token_hex(8)
         self._pending += 1
         client: PubsubClient | None = None
+        robust: RobustSubscriber | None = None
         try:
             client = await self.connect(self.endpoint(who.user, ident), who)
             robust = await RobustSubscriber.open(client)
             await client.subscribe(request.topic, request.duration, link=robust.link,
                                    cached=request.cached)
-        except ApexpsError as exc:
+        except BaseException as exc:
+            # Refused, unreachable, or the HTTP client went away (aiohttp cancels the
+            # handler): nothing of the attempt stays open here. A subscription the broker
+            # made before a cancel ends with its duration.
+            if robust is not None:
+                await robust.close()
             if client is not None:
                 await client.close()
-            raise _refusal(exc) from None
-        except OSError as exc:
-            if client is not None:
-                await client.close()
-            raise HttpError(503, f"the broker is unreachable ({type(exc).__name__})") from None
+            if isinstance(exc, ApexpsError):
+                raise _refusal(exc) from None
+            if isinstance(exc, OSError):
+                raise HttpError(503, "the broker is unreachable"
+                                     f" ({type(exc).__name__})") from None
+            raise
         finally:
             self._pending -= 1
         feed = Feed(ident, who.user, request, client, robust, ReplayBuffer(self.replay),
@@ -298,4 +310,9 @@ class Feeds:
 def _refusal(exc: ApexpsError) -> HttpError:
     if isinstance(exc, ServiceNotAvailable):
         return HttpError(503, f"the broker is unavailable: {exc}")
+    if exc.code == ReplyCode.PARAMETER_INVALID:
+        # The pubsub draft answers a subscribe to an unknown topic 553. Every other parameter
+        # of ours was checked here (`parse_subscribe`) or is ours (subscriber, link), so a 553
+        # is the topic's absence: 404, as a missing topic is 550 elsewhere.
+        return HttpError(404, f"{int(exc.code)} {exc}", "topic")
     return http_status(exc)

@@ -25,6 +25,24 @@ log = structlog.get_logger("adapters.gateway")
 
 
 class _Handler(RequestHandler):
+    _refused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        server = self._manager
+        if isinstance(server, _Server) and isinstance(transport, asyncio.Transport) \
+                and len(server.connections) >= server.max_connections:
+            # Refused before aiohttp starts anything for it: no task, no parser, no count.
+            self._refused = True
+            log.warning("gateway refused a connection: too many open",
+                        limit=server.max_connections)
+            transport.abort()
+            return
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if not self._refused:
+            super().connection_lost(exc)
+
     def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
                      message: str | None = None) -> web.StreamResponse:
         if status == 400 and (isinstance(exc, LineTooLong) or (
@@ -37,22 +55,15 @@ class _Handler(RequestHandler):
 
 
 class _Server(web.Server):
-    def __init__(self, *args: Any, max_connections: int, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, handler: Any, *, request_factory: Any, handler_cancellation: bool,
+                 max_connections: int, **kwargs: Any) -> None:
+        super().__init__(handler, request_factory=request_factory,
+                         handler_cancellation=handler_cancellation, **kwargs)
         self.max_connections = max_connections
         self._handler_kwargs = kwargs
 
     def __call__(self) -> RequestHandler:
-        kwargs = {k: v for k, v in self._handler_kwargs.items()
-                  if k not in ("loop", "request_factory", "handler_cancellation")}
-        return _Handler(self, loop=asyncio.get_running_loop(), **kwargs)
-
-    def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
-        super().connection_made(handler, transport)
-        if len(self.connections) > self.max_connections:
-            log.warning("gateway refused a connection: too many open",
-                        limit=self.max_connections)
-            transport.close()
+        return _Handler(self, loop=asyncio.get_running_loop(), **self._handler_kwargs)
 
 
 class GatewayRunner(web.AppRunner):
@@ -60,12 +71,15 @@ class GatewayRunner(web.AppRunner):
     (max_line_size, max_field_size, max_headers) and keepalive_timeout."""
 
     def __init__(self, app: web.Application, *, max_connections: int,
-                 **handler_args: Any) -> None:
-        super().__init__(app, **handler_args)
+                 shutdown_timeout: float, **handler_args: Any) -> None:
+        super().__init__(app, shutdown_timeout=shutdown_timeout, **handler_args)
         self._max_connections = max_connections
         self._handler_args = handler_args
 
     async def _make_server(self) -> web.Server:
         made = await super()._make_server()
+        # Cancel a handler whose client went away: an SSE loop ends at once, not at its
+        # next heartbeat write.
         return _Server(made.request_handler, request_factory=made.request_factory,
-                       max_connections=self._max_connections, **self._handler_args)
+                       max_connections=self._max_connections, handler_cancellation=True,
+                       **self._handler_args)

@@ -64,19 +64,22 @@ class Gateway:
     """HTTP on `host:port` (0: any free port, see `.port`) for the broker at
     `broker_host:broker_port` serving `domain`.
 
-    `tls`: serve HTTPS with this server context; `broker_tls` and `mechanism`: how the feeds'
-    BEEP sessions secure themselves (SASL only for users authenticated by password);
+    `tls`: serve HTTPS with this server context; `broker_tls`: TLS to the broker with this
+    client context; `broker_sasl`: authenticate each feed's BEEP session to the broker as its
+    HTTP user with `mechanism` (users who gave a password, Basic; the broker reads the same
+    users file), else the sessions are unauthenticated;
     `reconnect`: the feeds' policy when the broker goes away.
     """
 
     def __init__(self, broker_host: str, broker_port: int, *, domain: str = "example.com",
                  host: str = "127.0.0.1", port: int = 0, auth: Auth | None = None,
                  tls: ssl.SSLContext | None = None, broker_tls: ssl.SSLContext | None = None,
-                 mechanism: str = "SCRAM-SHA-256", limits: GatewayLimits | None = None,
+                 broker_sasl: bool = False, mechanism: str = "SCRAM-SHA-256",
+                 limits: GatewayLimits | None = None,
                  reconnect: ReconnectPolicy | None = None) -> None:
         self.broker = (broker_host, broker_port)
         self.host, self.port, self.tls = host, port, tls
-        self.broker_tls, self.mechanism = broker_tls, mechanism
+        self.broker_tls, self.broker_sasl, self.mechanism = broker_tls, broker_sasl, mechanism
         self.limits = limits or GatewayLimits()
         self.reconnect = reconnect or ReconnectPolicy(max_attempts=None)
         lim = self.limits
@@ -87,7 +90,8 @@ class Gateway:
         self._runner: GatewayRunner | None = None
 
     async def _connect(self, endpoint: Endpoint, who: Credentials) -> PubsubClient:
-        sasl = (who.user, who.password) if who.password is not None else None
+        sasl = (who.user, who.password) \
+            if self.broker_sasl and who.password is not None else None
         return await PubsubClient.connect(
             *self.broker, endpoint, reconnect=self.reconnect, tls=self.broker_tls,
             sasl=sasl, mechanism=self.mechanism)
@@ -97,7 +101,7 @@ class Gateway:
         runner = GatewayRunner(self.app, max_connections=lim.max_connections,
                                max_line_size=lim.max_header, max_field_size=lim.max_header,
                                max_headers=lim.max_headers, keepalive_timeout=lim.keepalive,
-                               access_log=None)
+                               access_log=None, shutdown_timeout=1.0)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port, ssl_context=self.tls)
         await site.start()
