@@ -23,8 +23,8 @@ cleanup policy) and changes only what it is told to:
   `missing` on link L, seq SEQ);
 - `--dup-link L:SEQ`: that record is written twice, the copy right after it in its pack
   (`duplicate`);
-- `--swap-link L:A:B`: the records of link seqs A and B exchange places in the log (`reorder`:
-  the lower seq is logged after the higher);
+- `--swap-link L:A:B`: the records of link seqs A and B exchange places in the log (`reorder`
+  of each seq from A to B-1, logged after a higher one: one finding when B = A + 1);
 - `--remove-journal S:SEQ`, `--dup-journal S:SEQ`, `--swap-journal S:A:B`: the same on source
   S's journal records (`source_hole`, `source_duplicate`, `source_order`). The journal is
   written without GAP records for what was removed.
@@ -271,7 +271,7 @@ class Damage:
     @classmethod
     def parse(cls, kind: str, text: str) -> Damage:
         swap = kind.startswith("swap")
-        m = re.fullmatch(r"(.+):(\d+)(?::(\d+))?(?:@(\d+))?", text)
+        m = re.fullmatch(r"(.+?):(\d+)(?::(\d+))?(?:@(\d+))?", text)
         if m is None or (m[3] is None) == swap or (m[4] and kind.endswith("journal")):
             shape = "A:SEQ:SEQ" if swap else "A:SEQ"
             raise UsageError(f"--{kind} {text!r}: expected {shape}"
@@ -283,9 +283,10 @@ class Damage:
         """The findings a correct audit reports for this damage (and nothing else)."""
         where = "link" if self.kind.endswith("link") else "source"
         seq = "link_seq" if where == "link" else "source_seq"
-        # A swap is seen at the lower seq, logged after the higher one.
-        at = min(self.seqs)
-        return [{"category": CATEGORY[self.kind], where: self.target, seq: at}]
+        # Swapping A < B logs B, A+1, ..., B-1, A: each of A..B-1 comes after a higher seq
+        # (so adjacent seqs give one finding, at A).
+        seqs = range(min(self.seqs), max(self.seqs)) if len(self.seqs) == 2 else self.seqs
+        return [{"category": CATEGORY[self.kind], where: self.target, seq: n} for n in seqs]
 
 
 def _apply(items: list[tuple[int, Any]], edits: list[tuple[str, list[int]]],

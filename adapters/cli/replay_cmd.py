@@ -306,8 +306,9 @@ def _replay(args: argparse.Namespace, config: KafkaConfig, selector: selectors.S
             journal = load_journal(spark, config, start=start, end=end)
         else:
             journal = _empty_journal(spark)
-        tokens = None if args.viewer is None else _viewer_tokens(
-            config, journal, args.topic, args.viewer)
+        tokens = None
+        if args.viewer is not None:  # no journal, no messages: no access registry to read
+            tokens = [] if note else _viewer_tokens(config, journal, args.topic, args.viewer)
         df = replay(journal, topic=args.topic, selector=selector, source=args.source,
                     after=args.after, tokens=tokens)
         progress.stage(f"writing {args.format}", out=str(args.out))

@@ -17,12 +17,16 @@ What leaves: forwarding of journaled messages (`forward`, called with what the j
 read back, which first advances the data item state; with a link log, sequenced per subscriber
 link by `sequenced.SequencedFanout`, which also serves gap requests, source repairs, capability
 queries, snapshots and heartbeats), cancel notices on expiry and topic deletion, forwarded
-requests to redistributors, and replies a redistributor sent us, passed on to whoever asked.
+requests to redistributors, and replies a redistributor sent us, passed on to whoever asked;
+and the well-known topics' messages (content-based §6, `_wkt_publisher`), journaled before the
+250 of the operation that changed them.
 
 Management runs in a worker thread (registry writes wait for Kafka) under one lock, so two
-requests never interleave their check-then-write steps. A subscribe with snapshot='true' ends
-with one step on the event loop (`_open_with_snapshot`): the snapshot is queued on the link and
-the subscription made visible to `forward` together, between two forwards (robust-binding §9).
+requests never interleave their check-then-write steps. A subscribe with snapshot='true' or
+with `cached` (content-based §5.8) ends with one step on the event loop (`_open_with_snapshot`,
+`_open_with_cache` on the plain path): the item state (the cached messages) is queued on the
+link and the subscription made visible to `forward` together, between two forwards
+(robust-binding §9).
 """
 
 from __future__ import annotations
@@ -38,8 +42,10 @@ import structlog
 
 from adapters.apex.codec import BEEP_XML, Data, Option, TargetHop
 from adapters.apex.endpoint import Endpoint
+from adapters.apex.inre import in_re_option
 from adapters.apex.options import hop_limit
 from adapters.apex.pubsub_codec import (
+    SUBSCRIPTION_ID,
     Cancel,
     CreateTopic,
     DeleteTopic,
@@ -302,7 +308,8 @@ class PubsubHandler:
                 self.links.check_owner(link, whom)  # 537 before anything is recorded
                 claim = functools.partial(self.sequenced.claim, link, whom)
             result = svc.subscribe(who, whom, op.topic, op.duration, op.trans_id,
-                                   link=op.link, claim=claim, activate=not first)
+                                   link=op.link, claim=claim, activate=not first,
+                                   selector_class=op.selector_class, selector=op.selector)
             if isinstance(result, Forward):
                 return [self._forward(originator, op, result)]
             wkt.append(self.wkt.subscribed(result))
@@ -312,14 +319,14 @@ class PubsubHandler:
             if first:
                 self._on_loop(self._open_with_snapshot if self.sequenced is not None
                               else self._open_with_cache, result, link)
-            return [self._data(originator, Reply(250, op.trans_id))]
+            return [self._data(originator, Reply(250, op.trans_id,
+                                                 subscription_id=result.subscription_id))]
         if isinstance(op, Cancel):
             subject = op.subscriber or originator
-            gone = svc.cancel(who, str(subject), op.topic)
+            gone = svc.cancel(who, str(subject), op.topic, op.subscription_id)
             if isinstance(gone, Forward):
                 return [self._forward(originator, op, gone)]
-            if gone is not None:
-                wkt.extend(self.wkt.ended([gone], "cancelled"))
+            wkt.extend(self.wkt.ended(gone, "cancelled"))
             return [self._data(originator, Reply(250, op.trans_id))]
         if isinstance(op, Reply):
             return self._pass_on(originator, op)
@@ -331,9 +338,10 @@ class PubsubHandler:
         ours = next(self._forward_ids)
         self._forwarded[ours] = (originator, op.trans_id)
         moved = (Subscribe(op.subscriber, op.topic, ours, op.duration, snapshot=op.snapshot,
-                           cached=op.cached)
+                           cached=op.cached, selector_class=op.selector_class,
+                           selector=op.selector)
                  if isinstance(op, Subscribe)
-                 else Cancel(op.topic, ours, op.subscriber or originator))
+                 else Cancel(op.topic, ours, op.subscriber or originator, op.subscription_id))
         log.info("pubsub request forwarded", to=via.to, topic=op.topic, originator=str(originator))
         return Data(self.endpoint, (Endpoint.parse(via.to),), _content_xml(moved), BEEP_XML,
                     content_ref="#Content")
@@ -353,7 +361,8 @@ class PubsubHandler:
         subscription live: no gap, no duplicate (robust-binding §9). The cached messages of
         a subscribe with `cached` (content-based §5.8) are this same state, unexpired."""
         assert self.sequenced is not None
-        count = self.sequenced.queue_snapshot(sub.subscriber, link, sub.topic)
+        count = self.sequenced.queue_snapshot(sub.subscriber, link, sub.topic,
+                                              select=self.service.selection(sub))
         self.service.activate(sub)
         log.info("subscribed with snapshot", topic=sub.topic, subscriber=sub.subscriber,
                  link=link, items=count)
@@ -362,10 +371,13 @@ class PubsubHandler:
         """`_open_with_snapshot` on the plain path: the cached messages as plain data, then
         the subscription visible to `forward`, in one event-loop step."""
         assert self.items is not None
+        select = self.service.selection(sub)
         cached = [e for e in self.items.snapshot(sub.topic, now=self.service.now())
-                  if self.service.entitled(e, sub.subscriber)]
+                  if self.service.entitled(e, sub.subscriber)
+                  and (select is None or select(e))]
         for entry in cached:
-            self._send(self._plain(entry, (Endpoint.parse(sub.subscriber),)))
+            self._send(self._plain(entry, (Endpoint.parse(sub.subscriber),),
+                                   ((sub.subscription_id,),) if select else ()))
         self.service.activate(sub)
         log.info("subscribed with cached messages", topic=sub.topic, subscriber=sub.subscriber,
                  messages=len(cached))
@@ -381,18 +393,21 @@ class PubsubHandler:
             log.info("unsolicited pubsub reply dropped", originator=str(origin), code=reply.code)
             return []
         who, trans = asked
-        return [self._data(who, Reply(reply.code, trans, reply.text))]
+        return [self._data(who, Reply(reply.code, trans, reply.text, reply.subscription_id))]
 
     def _data(self, to: Endpoint, op: PubsubOperation) -> Data:
         return Data(self.endpoint, (to,), _content_xml(op), BEEP_XML, content_ref="#Content")
 
     def _notices(self, ended: list[Subscription]) -> list[Data]:
-        """The cancel the service initiates (§4.6) for each subscription that ended."""
+        """The cancel the service initiates (§4.6) for each subscription that ended, naming
+        its id (draft-content §5.8.2)."""
         out = []
         for sub in ended:
             to = Endpoint.parse(sub.originator or sub.subscriber)
+            sub_id = sub.subscription_id if SUBSCRIPTION_ID.fullmatch(sub.subscription_id) \
+                else None
             out.append(self._data(to, Cancel(sub.topic, sub.trans_id or 1,
-                                             Endpoint.parse(sub.subscriber))))
+                                             Endpoint.parse(sub.subscriber), sub_id)))
         return out
 
     # --- what the service initiates -----------------------------------------------------
@@ -407,19 +422,24 @@ class PubsubHandler:
             self.sequenced.forward(entries)
             return
         for entry in entries:
-            recipients = [r for r in self.service.recipients(entry.topic)
-                          if self.service.entitled(entry, r, live=True)]
-            if recipients:
-                self._send(self._plain(entry, tuple(Endpoint.parse(r) for r in recipients)))
+            chosen = [(r, ids) for r, ids in self.service.recipients_for(entry)
+                      if self.service.entitled(entry, r, live=True)]  # tokens, expiry
+            if chosen:
+                self._send(self._plain(entry, tuple(Endpoint.parse(r) for r, _ in chosen),
+                                       tuple(ids for _, ids in chosen)))
 
-    def _plain(self, entry: JournalEntry, to: tuple[Endpoint, ...]) -> Data:
-        """A journaled message as plain data from its topic's endpoint (no link stamp)."""
+    def _plain(self, entry: JournalEntry, to: tuple[Endpoint, ...],
+               in_re: tuple[tuple[str, ...] | None, ...] = ()) -> Data:
+        """A journaled message as plain data from its topic's endpoint (no link stamp), with
+        each recipient's InRe (draft-content §5.10.1.1) where `in_re` names ids."""
         hops = int(entry.options.get("dataHopping", DEFAULT_HOPS))
         option = Option("dataHopping", next(self._forward_ids), target_hop=TargetHop.ALL,
                         must_understand=True,
                         content=f"<dataHopping noMoreThan='{hops}' reportErrors='true' />")
         origin = Endpoint(SERVICE, self.service.domain, entry.topic)
+        per = tuple(() if ids is None else (in_re_option(ids),) for ids in in_re)
         return Data(origin, to, entry.content, entry.content_type, options=(option,),
+                    recipient_options=per if any(per) else (),
                     content_ref="#Content" if entry.content_type == BEEP_XML else None)
 
     def forward_threadsafe(self, entries: list[JournalEntry]) -> None:

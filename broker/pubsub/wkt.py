@@ -106,10 +106,34 @@ def _message(topic: str, publisher: str, message_id: str, revision: int, *, now_
         "</ps:message-content>")).encode("utf-8")
 
 
+#: §6.2: with no selector schema of its own a topic offers §5.5.1's default (every field of the
+#: message) to both classes apexps implements.
+DEFAULT_SELECTOR_SCHEMA = "<selector-schema class='JMS RFC-2254' />"
+_WRAPPER = ("<selector-schemas>", "</selector-schemas>")
+
+
+def _schemas(topic: Topic) -> list[str]:
+    """The topic's `<message-schema>` and `<selector-schema>` elements (§6.2), from the XML
+    text its record keeps (broker/pubsub/schemas.py `prepare`: a standalone xs:schema, and one
+    `<selector-schema>` or several in `<selector-schemas>`, each serialized by lxml from a
+    hardened parse, so well formed and without an XML declaration)."""
+    out = []
+    if topic.message_schema is not None:
+        out.append(f"<message-schema>{topic.message_schema}</message-schema>")
+    selector = topic.selector_schema
+    if selector is None:
+        out.append(DEFAULT_SELECTOR_SCHEMA)
+    elif selector.startswith(_WRAPPER[0]) and selector.endswith(_WRAPPER[1]):
+        out.append(selector[len(_WRAPPER[0]):-len(_WRAPPER[1])])
+    else:
+        out.append(selector)
+    return out
+
+
 def topic_message(topic: Topic | str, *, service: str, revision: int, now_ms: int,
                   content_type: str) -> Publication:
-    """The `WKT=Topics` message for `topic`: created (a `Topic`: disposition publish) or
-    deleted (its name: disposition cancel, a drop)."""
+    """The `WKT=Topics` message for `topic`: created (a `Topic`: disposition publish, with
+    its owner, description and schemas) or deleted (its name: disposition cancel, a drop)."""
     name = topic if isinstance(topic, str) else topic.name
     body = [f"<topic-name>{_esc(name)}</topic-name>"]
     fields = {"topic-name": [name]}
@@ -123,6 +147,7 @@ def topic_message(topic: Topic | str, *, service: str, revision: int, now_ms: in
             body.append(f"<publisher endpoint='{_esc(topic.owner)}' />")
         if topic.description:
             body.append(f"<description>{_esc(topic.description)}</description>")
+        body.extend(_schemas(topic))
     return Publication(
         topic=TOPICS_TOPIC, source=service, content_type=content_type,
         content=_message(TOPICS_TOPIC, service, name, revision, now_ms=now_ms, body=body),

@@ -211,3 +211,47 @@ def test_the_cache_is_rebuilt_after_a_kill_9(kafka_config: KafkaConfig) -> None:
     """Killed right after the last `ok`, the broker rebuilds the cache from Kafka: a cached
     subscribe after the restart gets the latest unexpired revisions."""
     asyncio.run(_after_kill(kafka_config))
+
+
+async def _forced_race(config: KafkaConfig) -> None:
+    async with BrokerApp(config, robust=QUIET) as app:
+        loop = asyncio.get_running_loop()
+        connect = lambda who: PubsubClient.connect("127.0.0.1", app.port, who)  # noqa: E731
+        pub, fred, jade = (await connect("pub@example.com"), await connect("fred@example.com"),
+                           await connect("jade@example.com"))
+        await pub.create_topic(TOPIC)
+        await fred.subscribe(TOPIC, 600)
+        fred_events = fred.events()
+        await pub.publish(TOPIC, doc(1, "1029", 1, None), "application/xml")
+        await until(fred_events, lambda e: is_live(e, 1))
+        recorded = app.service.subscribe
+
+        def subscribe_then_publish(*args: object, **kwargs: object) -> object:
+            """The subscription is recorded; before the service answers, a message is
+            published and forwarded (the witness has it): the race the one-step opening
+            closes, forced instead of hoped for."""
+            sub = recorded(*args, **kwargs)  # type: ignore[arg-type]
+            if kwargs.get("subscriber", args[1] if len(args) > 1 else None) == "jade@example.com":
+                async def publish_and_see() -> None:
+                    await pub.publish(TOPIC, doc(2, "1030", 1, None), "application/xml")
+                    await until(fred_events, lambda e: is_live(e, 2))
+                asyncio.run_coroutine_threadsafe(publish_and_see(), loop).result(30)
+            return sub
+
+        app.service.subscribe = subscribe_then_publish  # type: ignore[method-assign]
+        events = jade.events()
+        await jade.subscribe(TOPIC, 600, link="jade-race", cached=True)
+        await pub.publish(TOPIC, doc(3, "1031", 1, None), "application/xml")
+        got = [d for d in await until(events, lambda e: is_live(e, 3))
+               if isinstance(d, Delivered)]
+        # message 2 came once, as a cached message: never also live
+        assert [(place(d), d.stamp is not None and d.stamp.snapshot) for d in got] == [
+            (1, True), (2, True), (3, False)]
+        for c in (pub, fred, jade):
+            await c.close()
+
+
+def test_a_message_forwarded_while_subscribing_comes_once(kafka_config: KafkaConfig) -> None:
+    """A message forwarded between the subscription being recorded and its cached messages
+    being taken is among the cached messages and does not come live as well."""
+    asyncio.run(_forced_race(kafka_config))

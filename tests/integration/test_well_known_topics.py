@@ -11,6 +11,7 @@ import re
 
 import pytest
 
+from adapters.apex.pubsub_codec import message_schema_element
 from adapters.app import BrokerApp
 from adapters.client.pubsub_client import Delivered, PubsubClient
 from broker.kafka_io import KafkaConfig
@@ -19,6 +20,7 @@ from broker.robust.config import RobustConfig
 from common.errors import AccessDenied, ApexpsError, InvalidParameter
 from tests.integration.broker_process import start_broker
 from tests.integration.test_cached_messages import until
+from tests.integration.test_schemas_wire import QUOTE_XSD, SELECTOR_SCHEMA
 
 pytestmark = pytest.mark.kafka
 
@@ -55,10 +57,18 @@ async def _topics(config: KafkaConfig) -> None:
         connect = lambda who: PubsubClient.connect("127.0.0.1", app.port, who)  # noqa: E731
         admin, jade, fred = (await connect("admin@example.com"),
                              await connect("jade@example.com"), await connect("fred@example.com"))
-        for name in ("q.one", "q.two", "q.three"):
+        await admin.create_topic(
+            "q.one", description="quotes", selector_schemas=(SELECTOR_SCHEMA,),
+            message_schema=message_schema_element(QUOTE_XSD.encode()))
+        for name in ("q.two", "q.three"):
             await admin.create_topic(name)
         jade_events = jade.events()
         listed = await cached_topics(jade, admin, "q.four")
+        (one,) = [d for d in listed if field(d, "topic-name") == "q.one"]
+        assert field(one, "description") == "quotes"  # and §6.2's schemas:
+        assert b"<message-schema><xs:schema" in one.content
+        assert b"<xs:element name=\"net-change-pct\" type=\"xs:decimal\"/>" in one.content
+        assert re.search(rb"<selector-schema [^>]*class=\"JMS\"", one.content)
         assert sorted(field(d, "topic-name") for d in listed) == ["q.one", "q.three", "q.two"]
         assert all(field(d, "disposition") == "publish" for d in listed)
         assert all(field(d, "ps:message-id") == field(d, "topic-name") for d in listed)
@@ -213,3 +223,29 @@ def test_topics_topic_is_reconciled_with_the_registry_at_start(kafka_config: Kaf
                                                                ) -> None:
     """A topic the journal has no WKT=Topics message about gets one when the broker starts."""
     asyncio.run(_reconciled(kafka_config))
+
+
+async def _expired(config: KafkaConfig) -> None:
+    async with BrokerApp(config, robust=QUIET) as app:
+        offset = [0]
+        app.service._clock = lambda: now_ms() + offset[0]  # the clock port, moved forward
+        jade = await PubsubClient.connect("127.0.0.1", app.port, "jade@example.com")
+        await jade.create_topic("q.short")
+        events = jade.events()
+        await jade.subscribe(SUBS, 86_400)
+        await jade.subscribe("q.short", 600)
+        await until(events, lambda e: isinstance(e, Delivered) and b"q.short" in e.content)
+        offset[0] = 700_000
+        await jade.list_topics()  # any request wakes the expiry timer to the moved clock
+        got = await until(events, lambda e: isinstance(e, Delivered) and b"q.short" in e.content)
+        ended = got[-1]
+        assert isinstance(ended, Delivered)
+        assert field(ended, "current-status") == "TERMINATED"
+        assert field(ended, "reason") == "expired"
+        await jade.close()
+
+
+def test_an_expired_subscription_shows_terminated_with_its_reason(kafka_config: KafkaConfig,
+                                                                   ) -> None:
+    """A subscription whose duration runs out is published TERMINATED, reason expired."""
+    asyncio.run(_expired(kafka_config))

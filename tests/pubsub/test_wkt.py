@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
+from lxml import etree
 
 from broker.kafka_io import Position
 from broker.pubsub.ingest import ingest
+from broker.pubsub.schemas import prepare
 from broker.pubsub.wkt import (
     SUBSCRIPTIONS_TOPIC,
     TOPICS_TOPIC,
@@ -111,3 +113,31 @@ def test_only_the_subscriber_itself_sees_a_subscription_message() -> None:
     assert is_own(entry, "jade@example.com")
     for other in ("fred@example.com", "JADE@example.com", "jade@example.com.evil", ""):
         assert not is_own(entry, other)
+
+
+def test_a_topic_message_carries_the_topics_schemas() -> None:
+    """§6.2: the message schema and each selector schema with its class; without a selector
+    schema, §5.5.1's default offered to both classes."""
+    xs = "xmlns:xs='http://www.w3.org/2001/XMLSchema'"
+    message, selector = prepare(
+        f"<message-schema><xs:schema {xs}><xs:element name='q' type='xs:string'/></xs:schema>"
+        "</message-schema>",
+        [f"<selector-schema class='JMS' {xs}><xs:attribute name='symbol' type='xs:string'/>"
+         "</selector-schema>", "<selector-schema class='RFC-2254' />"])
+    topic = Topic("q.s", NOW, owner="admin@example.com", description="quotes & more",
+                  message_schema=message, selector_schema=selector)
+    pub = topic_message(topic, service=SERVICE, revision=1, now_ms=NOW,
+                        content_type="application/beep+xml")
+    root = etree.fromstring(pub.content)
+    content = root.find("{http://www.example.com/pubsub}content")
+    assert content is not None
+    assert [c.tag for c in content] == ["topic-name", "disposition", "publisher", "description",
+                                        "message-schema", "selector-schema", "selector-schema"]
+    assert content.findtext("description") == "quotes & more"
+    assert content[4][0].tag == "{http://www.w3.org/2001/XMLSchema}schema"
+    assert [c.get("class") for c in content[5:]] == ["JMS", "RFC-2254"]
+    bare = topic_message(Topic("q.b", NOW), service=SERVICE, revision=1, now_ms=NOW,
+                         content_type="application/beep+xml")
+    tail = etree.fromstring(bare.content).find("{http://www.example.com/pubsub}content")
+    assert tail is not None and tail[-1].tag == "selector-schema"
+    assert tail[-1].get("class") == "JMS RFC-2254" and len(tail[-1]) == 0

@@ -1,0 +1,232 @@
+"""The audit end to end on local[2] against a bare spark-sql-kafka read of the same topics.
+
+    .venv/bin/python -m ops.bench.bench_audit [--bootstrap HOST:PORT] [--records N]
+
+Writes N journal records and the link records of 10 subscriptions to a fresh namespace
+directly (the broker's record codecs, one confluent-kafka producer; no BEEP, no broker): ten
+topics, N/10 messages each from 100 sources, and ten subscribers each subscribed to one topic
+over a link, so every message is delivered once and the links hold N DATA records (packed 64
+to a Kafka record, as the link log packs a fan-out turn) after each link's RESET. The history
+is clean: contiguous source seqs, every expected message on its link in order.
+
+Then, in one Spark local[2] session:
+- count:  `count()` of the raw Kafka rows of the journal and the links topics (spark-sql-kafka
+  only: the floor any audit sits on);
+- audit:  `apexps audit` in this process (the same session), end to end: read, decode,
+  reconcile, write findings, summary.json and report.html;
+and prints both times, the audit's rate against the count's (the issue's target: >= 0.5x), and
+the decode rate native (spark-avro) against the Python UDF (ops/bench/bench_spark_decode.py's
+timing of the same journal). The namespace's topics are deleted at the end: the Kafka may be
+shared. Without --bootstrap (or APEXPS_BOOTSTRAP) a throwaway local Kafka is started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from broker.codec import default_codec
+from broker.core import BrokerCore
+from broker.kafka_io import KafkaConfig
+from broker.records import Publication, PublishType, Subscription, SubscriptionState
+from broker.spark.journal_reader import decode_journal
+from broker.spark.source import kafka_source
+from ops.bench.bench_spark_decode import _python_decode
+
+SUBSCRIPTIONS = 10
+SOURCES = 100
+#: link records per link_batch (the link log's packs are one fan-out turn's records)
+PACK = 64
+T0 = 1_764_000_000_000
+BITS = 32
+
+
+def _producer(bootstrap: str) -> Any:
+    from confluent_kafka import Producer
+
+    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1 << 20,
+                     "compression.type": "lz4", "enable.idempotence": True})
+
+
+def _send(producer: Any, topic: str, value: bytes, key: bytes, partition: int) -> None:
+    while True:
+        try:
+            producer.produce(topic, value, key, partition=partition)
+            return
+        except BufferError:
+            producer.poll(0.1)
+
+
+def fill(config: KafkaConfig, n: int) -> dict[str, int]:
+    """Write the history (see the module doc); returns what was written."""
+    core = BrokerCore(config)
+    core.open()  # creates the namespace's topics with the broker's settings
+    try:
+        for k in range(SUBSCRIPTIONS):
+            core.subscriptions.put(Subscription(
+                subscriber=f"s{k}@example.com", subscription_id=f"sub{k}", topic=f"t{k}",
+                duration_s=0, state=SubscriptionState.ACTIVE, created_at=T0 - 60_000,
+                link_id=f"bench-s{k}", originator=f"s{k}@example.com"))
+    finally:
+        core.close()
+    from confluent_kafka.admin import AdminClient
+
+    meta = AdminClient({"bootstrap.servers": config.bootstrap}).list_topics(timeout=30)
+    journal_parts = len(meta.topics[config.topic("journal")].partitions)
+    link_parts = len(meta.topics[config.topic("links")].partitions)
+    codec = default_codec()
+    producer = _producer(config.bootstrap)
+    journal = config.topic("journal")
+    # The offset each journal record gets: a fresh topic, one idempotent producer, explicit
+    # partitions, so offsets are 0, 1, 2, ... per partition in produce order.
+    next_offset = [0] * journal_parts
+    seqs = [0] * SOURCES
+    pending: list[list[dict[str, Any]]] = [[] for _ in range(SUBSCRIPTIONS)]
+    ordinals = [0] * SUBSCRIPTIONS
+    links = config.topic("links")
+    link_records = 0
+
+    def link_record(k: int, kind: str, **extra: Any) -> dict[str, Any]:
+        rec = {"link": f"bench-s{k}", "ordinal": ordinals[k], "epoch": 0, "epoch_start": 0,
+               "bits": BITS, "kind": kind, "journal_partition": None, "journal_offset": None,
+               "source": None, "source_seq": None, "owner": None, "writer": 1,
+               "recorded_at": T0, "snapshot": False, **extra}
+        ordinals[k] += 1
+        return rec
+
+    def flush_link(k: int) -> None:
+        link = f"bench-s{k}"
+        _send(producer, links, codec.encode("link_batch", {"records": pending[k]}),
+              link.encode(), zlib.crc32(link.encode()) % link_parts)
+        pending[k] = []
+
+    for k in range(SUBSCRIPTIONS):
+        pending[k].append(link_record(k, "RESET", owner=f"s{k}@example.com"))
+    for i in range(n):
+        s, k = i % SOURCES, (i // SOURCES) % SUBSCRIPTIONS
+        source = f"p{s}@example.com"
+        seqs[s] += 1
+        at = T0 + i
+        pub = Publication(topic=f"t{k}", source=source,
+                          content=b"<quote>" + b"x" * 190 + b"</quote>",
+                          publish_type=PublishType.UPDATE, message_id=f"m{i % 500}")
+        # the partition librdkafka's default partitioner (consistent_random: crc32 of the
+        # key) gives the source, as the broker's journal producer would
+        part = zlib.crc32(source.encode()) % journal_parts
+        _send(producer, journal, codec.encode("journal_record", pub.to_avro(seqs[s], at)),
+              source.encode(), part)
+        offset, next_offset[part] = next_offset[part], next_offset[part] + 1
+        pending[k].append(link_record(k, "DATA", journal_partition=part, journal_offset=offset,
+                                      source=source, source_seq=seqs[s], recorded_at=at + 2))
+        link_records += 1
+        if len(pending[k]) >= PACK:
+            flush_link(k)
+        producer.poll(0)
+    for k in range(SUBSCRIPTIONS):
+        if pending[k]:
+            flush_link(k)
+    if producer.flush(300) != 0:
+        raise RuntimeError("kafka did not take every benchmark record")
+    return {"journal": n, "link_records": link_records + SUBSCRIPTIONS}
+
+
+def _timed(run: Callable[[], object]) -> tuple[float, object]:
+    start = time.perf_counter()
+    result = run()
+    return time.perf_counter() - start, result
+
+
+def _audit(apexps: Callable[[list[str]], int | None], argv: list[str]) -> int | None:
+    """`apexps audit` in this process (its session is this one): its exit status."""
+    try:
+        return apexps(argv)
+    except SystemExit as exc:  # argparse and some commands exit instead of returning
+        return int(exc.code or 0)
+
+
+def _drop(config: KafkaConfig) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": config.bootstrap})
+    mine = [t for t in admin.list_topics(timeout=30).topics if t.startswith(
+        f"{config.namespace}.")]
+    for f in admin.delete_topics(mine).values():
+        f.result()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bootstrap", default=os.environ.get("APEXPS_BOOTSTRAP"),
+                    help="an existing Kafka (default: $APEXPS_BOOTSTRAP, else a throwaway one)")
+    ap.add_argument("--records", type=int, default=20_000,
+                    help="journal records (the issue's figure: 1000000)")
+    ap.add_argument("--keep", action="store_true", help="keep the namespace's topics")
+    args = ap.parse_args(argv)
+    from adapters.cli import logs
+
+    logs.configure("warning", json=False)  # the filler's BrokerCore: only its troubles
+    kafka = None
+    bootstrap = args.bootstrap
+    if bootstrap is None:
+        from adapters.local.kafka import LocalKafka
+
+        kafka = LocalKafka(Path(tempfile.mkdtemp(prefix="apexps-bench-")))
+        bootstrap = kafka.start().bootstrap
+    config = KafkaConfig(bootstrap=bootstrap, namespace=f"bench{uuid.uuid4().hex[:8]}")
+    try:
+        print(f"writing {args.records} journal records and their links ...", file=sys.stderr,
+              flush=True)
+        wrote_s, written = _timed(lambda: fill(config, args.records))
+        print(f"written in {wrote_s:.1f} s: {written}", file=sys.stderr, flush=True)
+        from adapters.cli.main import main as apexps
+        from adapters.local.spark import local_session
+
+        spark = local_session(app_name="bench-audit", master="local[2]")
+        journal, links = kafka_source(spark, config, "journal"), kafka_source(spark, config,
+                                                                               "links")
+        rows = journal.count() + links.count()  # (warms the session and the connector)
+        count_s, _ = _timed(lambda: journal.count() + links.count())
+        native_s, _ = _timed(lambda: decode_journal(journal).write.format("noop")
+                             .mode("overwrite").save())
+        python_s, _ = _timed(lambda: _python_decode(journal).write.format("noop")
+                             .mode("overwrite").save())
+        out = Path(tempfile.mkdtemp(prefix="apexps-bench-audit-"))
+        print("auditing ...", file=sys.stderr, flush=True)
+        audit_s, code = _timed(lambda: _audit(apexps, [
+            "--log-level", "warning", "audit", "--bootstrap", bootstrap,
+            "--namespace", config.namespace, "--master", "local[2]", "--out", str(out)]))
+        summary = json.loads((out / "summary.json").read_text())
+        n = args.records
+        print(f"\n{n:,} journal records, {rows - n:,} link-topic rows "
+              f"({SUBSCRIPTIONS} subscriptions), Spark local[2]\n")
+        print(f"{'':34}{'seconds':>9}{'journal rec/s':>15}")
+        print(f"{'bare count() of both topics':34}{count_s:>9.2f}{n / count_s:>15,.0f}")
+        print(f"{'apexps audit, end to end':34}{audit_s:>9.2f}{n / audit_s:>15,.0f}")
+        print(f"\naudit / bare count: {count_s / audit_s:.2f}x the rate (target >= 0.5x); "
+              f"audit {'within' if audit_s <= 60 else 'over'} the 60 s target")
+        print(f"journal decode: native {n / native_s:,.0f} rec/s, Python UDF "
+              f"{n / python_s:,.0f} rec/s ({python_s / native_s:.2f}x)")
+        print(f"audit exit {code}; clean={summary.get('clean')}; counts="
+              f"{ {k: v for k, v in summary.get('counts', {}).items() if v} }; report "
+              f"{out / 'report.html'}")
+        spark.stop()
+    finally:
+        if not args.keep:
+            _drop(config)
+        if kafka is not None:
+            kafka.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
