@@ -64,9 +64,9 @@ class SelectorClass(StrEnum):
     """The selector classes of content-based §6 (the broker compiles them)."""
 
     #: JMS message selector syntax
-    JMS = "jms"
+    JMS = "JMS"
     #: RFC 2254 LDAP filters
-    LDAP = "rfc2254"
+    LDAP = "RFC-2254"
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +143,7 @@ def parse_subscribe(body: object) -> SubscribeRequest:
         raise HttpError(400, f"selector is 1..{MAX_SELECTOR} characters", "selector")
     klass = _field(body, "class", str, SelectorClass.JMS.value)
     try:
-        selector_class = SelectorClass(klass)
+        selector_class = SelectorClass(klass.upper())
     except ValueError:
         raise HttpError(400, f"class is one of {', '.join(c.value for c in SelectorClass)}",
                         "class") from None
@@ -193,10 +193,15 @@ _STATUS = {
 }
 
 
+#: The request field a broker refusal is about, where the code says.
+_FIELD = {ReplyCode.UNSUPPORTED_SELECTOR_CLASS: "class",
+          ReplyCode.INCORRECT_SELECTOR: "selector"}
+
+
 def http_status(exc: ApexpsError) -> HttpError:
     """The HTTP answer to a broker refusal, keeping its code and text."""
     status = _STATUS.get(exc.code, 503 if exc.retriable else 502)
-    return HttpError(status, f"{int(exc.code)} {exc}")
+    return HttpError(status, f"{int(exc.code)} {exc}", _FIELD.get(exc.code))
 
 
 def sse_event(seq: int, data: Mapping[str, Any], event: str = "message") -> bytes:

@@ -136,7 +136,8 @@ def _feed_view(request: web.Request, feed: Feed) -> dict[str, Any]:
     return {"id": feed.id, "topic": feed.request.topic, "link": feed.link,
             "events": str(request.url.with_path(f"/subscriptions/{feed.id}/events")
                           .with_query(None)),
-            "duration": feed.request.duration}
+            "duration": feed.request.duration, "selector": feed.request.selector,
+            "subscription_id": feed.apex_id}
 
 
 async def _subscribe(request: web.Request) -> web.Response:

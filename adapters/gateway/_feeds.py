@@ -128,6 +128,9 @@ class Feed:
     robust: RobustSubscriber
     buffer: ReplayBuffer
     stream_limit: int
+    #: the id the broker gave the subscription (content-based §5.8; None from a broker
+    #: without ids)
+    apex_id: str | None = None
     streams: set[Stream] = field(default_factory=set)
     #: the link range the feed is refilling now, and what came of it
     _refill: tuple[int, int] | None = None
@@ -224,7 +227,10 @@ class Feed:
         self.streams.clear()
         if cancel:
             with contextlib.suppress(ApexpsError, OSError):
-                await self.client.cancel(self.request.topic)
+                if self.apex_id is not None:
+                    await self.client.cancel(subscription_id=self.apex_id)
+                else:
+                    await self.client.cancel(self.request.topic)
         await self.robust.close()
         if self._pump is not None:
             self._pump.cancel()
@@ -250,10 +256,6 @@ class Feeds:
 
     async def subscribe(self, who: Credentials, request: SubscribeRequest) -> Feed:
         """Open a feed; raises `HttpError` with the broker's refusal as an HTTP status."""
-        if request.selector is not None:
-            # The broker's subscribe does not carry selectors over APEX yet (issue 20).
-            raise HttpError(501, "selector subscriptions are not offered by this broker yet",
-                            "selector")
         if len(self.feeds) + self._pending >= self.max_feeds:
             raise HttpError(503, f"the gateway holds {self.max_feeds} subscriptions already")
         ident = secrets.token_hex(8)
@@ -263,8 +265,9 @@ class Feeds:
         try:
             client = await self.connect(self.endpoint(who.user, ident), who)
             robust = await RobustSubscriber.open(client)
-            await client.subscribe(request.topic, request.duration, link=robust.link,
-                                   cached=request.cached)
+            apex_id = await client.subscribe(
+                request.topic, request.duration, link=robust.link, cached=request.cached,
+                selector=request.selector, selector_class=request.selector_class.value)
         except BaseException as exc:
             # Refused, unreachable, or the HTTP client went away (aiohttp cancels the
             # handler): nothing of the attempt stays open here. A subscription the broker
@@ -282,7 +285,7 @@ class Feeds:
         finally:
             self._pending -= 1
         feed = Feed(ident, who.user, request, client, robust, ReplayBuffer(self.replay),
-                    self.stream_limit)
+                    self.stream_limit, apex_id)
         feed.start()
         self.feeds[ident] = feed
         log.info("gateway subscribed", subscription=ident, user=who.user, topic=request.topic,

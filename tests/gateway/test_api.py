@@ -29,7 +29,7 @@ from common.errors import AccessDenied, NotTaken, SelectorError, ServiceNotAvail
 def test_a_full_subscribe_request() -> None:
     """Every field taken as given."""
     got = parse_subscribe({"topic": "q.a", "duration": 60, "selector": "price > 1",
-                           "class": "rfc2254", "cached": True})
+                           "class": "rfc-2254", "cached": True})
     assert got == SubscribeRequest("q.a", 60, "price > 1", SelectorClass.LDAP, True)
     assert parse_subscribe({"topic": "q.a"}) == SubscribeRequest("q.a")
 
@@ -99,6 +99,7 @@ def test_broker_codes_as_http_statuses() -> None:
     assert http_status(NotTaken("no topic q")).status == 404
     assert http_status(AccessDenied("no")).status == 403
     assert http_status(SelectorError("bad")).status == 400
+    assert http_status(SelectorError("bad")).field == "selector"
     assert http_status(ServiceNotAvailable("down")).status == 503
     assert http_status(NotTaken("no topic q")).message.startswith("550 ")
 

@@ -42,9 +42,10 @@ async def _refused(r: aiohttp.ClientResponse, status: int, field: str | None = N
 
 def test_refusals_are_json_with_the_status_and_field(kafka_config: KafkaConfig,
                                                        tmp_path: Path) -> None:
-    """Bad JSON and bad fields 400 naming the field; an unknown topic 404 (550); a denied
-    subscribe 403 (537); unknown routes and subscriptions 404; selectors 501 (the broker's
-    subscribe does not carry them yet). None of them leaves a subscription behind."""
+    """Bad JSON and bad fields 400 naming the field; an unknown topic 404 (553 on subscribe);
+    a denied subscribe 403 (537); a selector the broker cannot compile 400 (567) naming it;
+    unknown routes and subscriptions 404; resource fields 501 (not offered yet). None of them
+    leaves a subscription behind."""
     access = tmp_path / "access.xml"
     access.write_text(ACCESS)
 
@@ -62,8 +63,11 @@ def test_refusals_are_json_with_the_status_and_field(kafka_config: KafkaConfig,
                     assert (await _refused(r, 404, "topic")).startswith("553 ")
                 async with b.http.post(url, json={"topic": "g.secret"}) as r:
                     assert (await _refused(r, 403)).startswith("537 ")
-                async with b.http.post(url, json={"topic": "g.open", "selector": "a = 1"}) as r:
-                    await _refused(r, 501, "selector")
+                async with b.http.post(url, json={"topic": "g.open",
+                                                  "selector": "symbol IN ('X'"}) as r:
+                    assert (await _refused(r, 400, "selector")).startswith("567 ")
+                async with b.http.post(url, json={"topic": "g.open", "resource": "m1"}) as r:
+                    await _refused(r, 501, "resource")
                 async with b.http.get(f"{b.url}/nowhere") as r:
                     await _refused(r, 404)
                 async with b.http.get(f"{url}/0123/events") as r:
@@ -71,9 +75,39 @@ def test_refusals_are_json_with_the_status_and_field(kafka_config: KafkaConfig,
                 async with b.http.delete(f"{url}/0123") as r:
                     await _refused(r, 404, "id")
             refusals = [e for e in logs if e["event"] == "gateway refused"]
-            assert [e["status"] for e in refusals] == [400, 400, 404, 403, 501, 404, 404, 404]
+            assert [e["status"] for e in refusals] == [400, 400, 404, 403, 400, 501, 404, 404, 404]
             assert b.gateway.feeds.feeds == {}
             assert "exc_info" not in str(logs)
+    run(body())
+
+
+def _quote(symbol: str, pct: float) -> bytes:
+    return (f"<ps:message-content xmlns:ps='http://www.example.com/pubsub'><ps:content>"
+            f"<equity-quote symbol='{symbol}'><net-change-pct>{pct}</net-change-pct>"
+            "</equity-quote></ps:content></ps:message-content>").encode()
+
+
+def test_a_selector_subscription_streams_only_what_it_matches(kafka_config: KafkaConfig) -> None:
+    """A JMS selector through the gateway: the broker matches, the stream carries only the
+    matching quotes, with their own link seqs 1, 2, 3; the answer carries the broker's
+    subscription id, and DELETE cancels by it."""
+    async def body() -> None:
+        async with bench(kafka_config) as b:
+            await b.pub.create_topic("g.sel")
+            sub = await b.subscribe("g.sel", selector="symbol = 'XMPL' AND net-change-pct > 1",
+                                    **{"class": "jms"})
+            assert sub["subscription_id"] and sub["selector"].startswith("symbol")
+            reader = await b.stream(sub)
+            for symbol, pct in (("XMPL", 2.0), ("IBM", 9.0), ("XMPL", 0.5), ("XMPL", 3.0),
+                                ("TEST", 4.0), ("XMPL", 7.0)):
+                await b.pub.publish("g.sel", _quote(symbol, pct), "application/xml")
+            got = await take(reader, 3)
+            assert [e.id for e in got] == [1, 2, 3]
+            assert ["net-change-pct>" + str(p) in e.data["content"]
+                    for e, p in zip(got, (2.0, 3.0, 7.0), strict=True)] == [True] * 3
+            async with b.http.delete(f"{b.url}/subscriptions/{sub['id']}") as r:
+                assert r.status == 204
+            assert await asyncio.wait_for(reader.next(), 60) is None
     run(body())
 
 
