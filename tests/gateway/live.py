@@ -69,22 +69,27 @@ def contents(events: list[Event]) -> list[str]:
 
 
 @contextlib.asynccontextmanager
-async def bench_on(port: int, *, auth: Auth | None = None,
+async def bench_on(port: int, *, auth: Auth | None = None, gateway: dict[str, Any] | None = None,
+                   pub: dict[str, Any] | None = None, http: dict[str, Any] | None = None,
                    **limits: Any) -> AsyncIterator[Bench]:
-    gateway = Gateway("127.0.0.1", port, auth=auth, limits=GatewayLimits(**limits),
-                      reconnect=FAST)
-    async with gateway, aiohttp.ClientSession() as http:
-        pub = await PubsubClient.connect("127.0.0.1", port, PUB, reconnect=FAST)
+    """`gateway`: more `Gateway` arguments; `pub`: `PubsubClient.connect`'s security ones;
+    `http`: `aiohttp.ClientSession`'s."""
+    gw = Gateway("127.0.0.1", port, auth=auth, limits=GatewayLimits(**limits),
+                 reconnect=FAST, **(gateway or {}))
+    async with gw, aiohttp.ClientSession(**(http or {})) as session:
+        publisher = await PubsubClient.connect("127.0.0.1", port, PUB, reconnect=FAST,
+                                               **(pub or {}))
         try:
-            yield Bench(gateway, http, pub)
+            yield Bench(gw, session, publisher)
         finally:
             with contextlib.suppress(Exception):
-                await pub.close()
+                await publisher.close()
 
 
 @contextlib.asynccontextmanager
-async def bench(config: KafkaConfig, *, auth: Auth | None = None,
-                access_file: str | None = None, **limits: Any) -> AsyncIterator[Bench]:
-    async with BrokerApp(config, robust=QUIET, access_file=access_file) as app, \
-            bench_on(app.port, auth=auth, **limits) as b:
+async def bench(config: KafkaConfig, *, access_file: str | None = None,
+                security: dict[str, Any] | None = None, **rest: Any) -> AsyncIterator[Bench]:
+    """A broker (with `security`: BrokerApp's TLS and SASL settings) and `bench_on` it."""
+    async with BrokerApp(config, robust=QUIET, access_file=access_file,
+                         security=security) as app, bench_on(app.port, **rest) as b:
         yield b
