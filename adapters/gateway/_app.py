@@ -43,7 +43,7 @@ from ._api import (
 )
 from ._feeds import Credentials, Feed, Feeds, Stream
 
-__all__ = ["Auth", "build_app"]
+__all__ = ["Auth", "build_app", "open_streams"]
 
 log = structlog.get_logger("adapters.gateway")
 
@@ -284,6 +284,11 @@ async def _websocket(request: web.Request) -> web.WebSocketResponse:
                 await feeds.cancel(ident, who.user)
         request.app[_OPEN].discard(task)
     return ws
+
+
+def open_streams(app: web.Application) -> int:
+    """Event streams (SSE and WebSocket) whose handlers are running now."""
+    return len(app[_OPEN])
 
 
 async def _console(_: web.Request) -> web.Response:

@@ -22,7 +22,7 @@ from adapters.client.pubsub_client import PubsubClient
 from adapters.client.reconnect import ReconnectPolicy
 
 from ._api import DEFAULT_REPLAY
-from ._app import DEFAULT_HEARTBEAT, DEFAULT_MAX_STREAMS, Auth, build_app
+from ._app import DEFAULT_HEARTBEAT, DEFAULT_MAX_STREAMS, Auth, build_app, open_streams
 from ._feeds import DEFAULT_MAX_FEEDS, DEFAULT_STREAM_QUEUE, Credentials, Feeds
 from ._server import GatewayRunner
 
@@ -113,6 +113,11 @@ class Gateway:
     @property
     def url(self) -> str:
         return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
+
+    @property
+    def open_streams(self) -> int:
+        """SSE and WebSocket streams being served now."""
+        return open_streams(self.app)
 
     def drop_streams(self, ident: str) -> int:
         """Close every open stream of subscription `ident` (operators and tests: what a
