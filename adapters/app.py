@@ -19,7 +19,7 @@ from broker.access import AccessControl
 from broker.core import BrokerCore, OpenReport
 from broker.holds import KafkaHolds
 from broker.kafka_io import KafkaConfig, Position
-from broker.names import SERVICE
+from broker.names import SERVICE, WELL_KNOWN_TOPICS
 from broker.pubsub import JournalFollower, PubsubService
 from broker.recent import DEFAULT_RECENT_BYTES, RecentJournal
 from broker.records import AccessEffect, AccessEntry, AccessKind, now_ms
@@ -113,7 +113,10 @@ class BrokerApp:
             self.server.connect_peer(peer_domain, host, port)
 
     def _created(self, topic: str) -> int | None:
-        """When `topic` was created (None: it does not exist), for the item store."""
+        """When `topic` was created (None: it does not exist), for the item store. The
+        well-known topics always exist: their cached messages survive every restart."""
+        if topic in WELL_KNOWN_TOPICS:
+            return 0
         found = self.core.topics.get(topic)
         return None if found is None else found.created_at
 

@@ -13,12 +13,16 @@ Where the DTD and the prose disagree (docs/pubsub-service.md) apexps reads:
 `subscribe` takes apexps's optional `link` (docs/robust-binding.md §3): the link its data
 travel on; None means the default, the subscriber endpoint; `snapshot` (§9): 'true' asks for
 the current state of the topic's data items first; and `batch` (§5.4): the link's live data may
-come packed, up to that many per `<batch>`.
+come packed, up to that many per `<batch>`. From the content-based draft (§5.8) it takes
+`cached`: any non-empty value asks for the topic's cached messages first, as the draft says
+("the cached attribute of the subscribe element with a non-empty value"; apexps writes
+`cached='true'`); empty or absent, only new messages.
 Encoding uses the drafts' layout (single quotes, " />") so their examples are golden test data.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from lxml import etree
@@ -54,6 +58,9 @@ MAX_PUBSUB_DEPTH = 66
 MAX_TRANS_ID = 2_147_483_647
 #: %SECONDS; of the APEX core DTD.
 MAX_SECONDS = 2_147_483_647
+#: What a subscription id may be: the service's numbers, or (a subscription recorded before
+#: ids existed) its topic's name.
+SUBSCRIPTION_ID = re.compile(r"[\w.:=/@+-]{1,256}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,18 +99,30 @@ class Subscribe:
     #: the subscriber takes the link's live data packed too, up to this many per `<batch>`
     #: (docs/robust-binding.md §5.4)
     batch: int | None = None
+    #: content-based §5.8: the topic's cached messages first, then live data
+    cached: bool = False
+    #: draft-content §5.6: the `<selector class=…>` element's class and text (None: the
+    #: subscription takes every message of the topic)
+    selector_class: str | None = None
+    selector: str | None = None
 
     def __post_init__(self) -> None:
         if self.batch is not None and (type(self.batch) is not int
                                        or not 1 <= self.batch <= MAX_BATCH_ITEMS):
             raise ParameterSyntaxError(f"batch is 1..{MAX_BATCH_ITEMS}")
+        if (self.selector_class is None) != (self.selector is None):
+            raise ParameterSyntaxError("a selector has a class and a text (maybe empty)")
 
 
 @dataclass(frozen=True, slots=True)
 class Cancel:
-    topic: str
+    """§4.6 / draft-content §5.8.2: by `subscription_id`; without one, every subscription of
+    the subject to `topic`; with neither, all of the subject's subscriptions."""
+
+    topic: str | None
     trans_id: int
     subscriber: Endpoint | None = None
+    subscription_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +130,8 @@ class Reply:
     code: int
     trans_id: int | None = None
     text: str = ""
+    #: the 250 to a subscribe names the subscription it made (draft-content §5.8)
+    subscription_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,9 +187,9 @@ def decode_pubsub(content: bytes) -> PubsubOperation:
         a = _attrs(root, {"transID"}, set())
         return ListTopics(_trans_id(a) if "transID" in a else None)
     if tag == "subscribe":
-        _empty(root)
+        selector = _selector(root)
         a = _attrs(root, {"subscriber", "topic", "transID", "duration", "link", "snapshot",
-                          "batch"}, {"subscriber", "topic", "transID", "duration"})
+                          "batch", "cached"}, {"subscriber", "topic", "transID", "duration"})
         # A duration ≤ 0 is well-formed: the service answers it with 553 (§4.5 step 3).
         duration = _number(a["duration"], "duration", -MAX_SECONDS, MAX_SECONDS)
         link = validate_link_id(a["link"]) if "link" in a else None
@@ -177,19 +198,22 @@ def decode_pubsub(content: bytes) -> PubsubOperation:
             raise ParameterSyntaxError("snapshot is true or false")
         batch = _number(a["batch"], "batch", 1, MAX_BATCH_ITEMS) if "batch" in a else None
         return Subscribe(Endpoint.parse(a["subscriber"]), a["topic"], _trans_id(a), duration,
-                         link, snapshot == "true", batch)
+                         link, snapshot == "true", batch, bool(a.get("cached", "").strip()),
+                         *selector)
     if tag == "cancel":
-        _empty(root)
-        a = _attrs(root, {"subscriber", "topic", "transID"}, {"topic", "transID"})
+        sub_id = _subscription_id(root, "cancel")
+        if (root.text or "").strip():
+            raise ParameterSyntaxError("<cancel> holds at most a <subscription-id>")
+        a = _attrs(root, {"subscriber", "topic", "transID"}, {"transID"})
         who = Endpoint.parse(a["subscriber"]) if "subscriber" in a else None
-        return Cancel(a["topic"], _trans_id(a), who)
+        return Cancel(a.get("topic"), _trans_id(a), who, sub_id)
     if tag == "reply":
-        if len(root):
-            raise ParameterSyntaxError("<reply> holds only text")
+        sub_id = _subscription_id(root, "reply")
         a = _attrs(root, {"code", "transID", "{http://www.w3.org/XML/1998/namespace}lang"},
                    {"code"})
         trans = _trans_id(a) if "transID" in a else None
-        return Reply(_number(a["code"], "code", 100, 999), trans, (root.text or "").strip())
+        return Reply(_number(a["code"], "code", 100, 999), trans, (root.text or "").strip(),
+                     sub_id)
     if tag == "topiclist":
         a = _attrs(root, {"transID"}, set())
         names: list[str] = []
@@ -200,6 +224,39 @@ def decode_pubsub(content: bytes) -> PubsubOperation:
             names.append(_attrs(child, {"name"}, {"name"})["name"])
         return TopicList(tuple(names), _trans_id(a) if "transID" in a else None)
     raise ParameterSyntaxError(f"<{str(tag)[:40]}> is not a pubsub operation")
+
+
+def _selector(root: etree._Element) -> tuple[str | None, str | None]:
+    """The subscribe's `<selector class=…>` (or the DTD's `<select>`), if any: (class, text)."""
+    if (root.text or "").strip():
+        raise ParameterSyntaxError("<subscribe> holds at most a <selector>")
+    children = list(root)
+    if not children:
+        return None, None
+    child = children[0]
+    if len(children) > 1 or child.tag not in ("selector", "select") \
+            or (child.tail or "").strip():
+        raise ParameterSyntaxError("<subscribe> holds at most one <selector>")
+    if len(child):
+        raise ParameterSyntaxError("<selector> holds the selector's text only")
+    a = _attrs(child, {"class", "Name", "dtd"}, {"class"})
+    return a["class"], child.text or ""
+
+
+def _subscription_id(root: etree._Element, what: str) -> str | None:
+    """The one `<subscription-id>` child of a cancel or reply, if any."""
+    children = list(root)
+    if not children:
+        return None
+    child = children[0]
+    if len(children) > 1 or child.tag != "subscription-id" or len(child) \
+            or (child.tail or "").strip():
+        raise ParameterSyntaxError(f"<{what}> holds at most one <subscription-id>")
+    _attrs(child, set(), set())
+    value = (child.text or "").strip()
+    if not SUBSCRIPTION_ID.fullmatch(value):
+        raise ParameterSyntaxError(f"subscription-id {value[:40]!r} is not one")
+    return value
 
 
 #: createtopic's children in the DTD's order (docs/apexps-pubsub.dtd); `topic-name` and
@@ -268,13 +325,24 @@ def encode_pubsub(op: PubsubOperation) -> bytes:
                 f" duration='{op.duration}' transID='{op.trans_id}'"
                 f"{'' if op.link is None else f' link={_quote(op.link)}'}"
                 f"{' snapshot=' + _quote('true') if op.snapshot else ''}"
-                f"{'' if op.batch is None else f' batch={_quote(str(op.batch))}'} />")
+                f"{'' if op.batch is None else f' batch={_quote(str(op.batch))}'}"
+                f"{' cached=' + _quote('true') if op.cached else ''}")
+        if op.selector_class is None:
+            text += " />"
+        else:
+            text += (f"><selector class={_quote(op.selector_class)}>{_esc(op.selector or '')}"
+                     "</selector></subscribe>")
     elif isinstance(op, Cancel):
         who = "" if op.subscriber is None else f" subscriber='{_esc(str(op.subscriber))}'"
-        text = f"<cancel{who} topic='{_esc(op.topic)}' transID='{op.trans_id}' />"
+        topic = "" if op.topic is None else f" topic='{_esc(op.topic)}'"
+        head = f"<cancel{who}{topic} transID='{op.trans_id}'"
+        text = f"{head} />" if op.subscription_id is None else \
+            f"{head}><subscription-id>{_esc(op.subscription_id)}</subscription-id></cancel>"
     elif isinstance(op, Reply):
         head = f"<reply code='{op.code}'{_trans(op.trans_id)}"
-        text = f"{head}>{_esc(op.text)}</reply>" if op.text else f"{head} />"
+        sub_id = "" if op.subscription_id is None else \
+            f"<subscription-id>{_esc(op.subscription_id)}</subscription-id>"
+        text = f"{head}>{_esc(op.text)}{sub_id}</reply>" if op.text or sub_id else f"{head} />"
     else:
         rows = "".join(f"<topic name='{_esc(n)}' />" for n in op.names)
         text = f"<topiclist{_trans(op.trans_id)}>{rows}</topiclist>"

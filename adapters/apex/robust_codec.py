@@ -119,6 +119,11 @@ _DIGITS = re.compile(r"[0-9]+")
 _SIGNED = re.compile(r"-?[0-9]+")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+-]{0,63}")
 _NO_CONTROL = re.compile(r"[^\x00-\x1f\x7f]+")
+#: A subscription id as a stamp's inre names it (the service's numbers; a topic name for a
+#: subscription recorded before ids existed): no blank, quote or markup.
+_SUBSCRIPTION_ID = re.compile(r"[\w.:=/@+-]{1,256}")
+#: Subscription ids one inre names at most.
+MAX_IN_RE = 1024
 _XML_LANG = "{http://www.w3.org/XML/1998/namespace}lang"
 #: Digits beyond this are absurd for any number here; never build a huge int from them.
 _MAX_DIGITS = 40
@@ -184,6 +189,9 @@ class Stamp:
     refill: bool = False
     repair: int | None = None
     snapshot: bool = False
+    #: a batch item's InRe (draft-content §5.10.1): the subscription ids the message
+    #: satisfied; a single data carries them in its InRe option instead
+    in_re: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         validate_link_id(self.link)
@@ -204,8 +212,11 @@ class Stamp:
                 _check_text(self.message_id, "a message-id", MAX_MESSAGE_ID_LEN)
             if self.link_seq == 0:
                 raise _bad("link seq 0 is a reset; data starts at 1")
+            if any(not isinstance(i, str) or not _SUBSCRIPTION_ID.fullmatch(i)
+                   for i in self.in_re) or len(self.in_re) > MAX_IN_RE:
+                raise _bad(f"inre holds up to {MAX_IN_RE} subscription ids")
         else:
-            if any(v is not None for v in about):
+            if any(v is not None for v in about) or self.in_re:
                 raise _bad(f"a {self.kind} stamp carries no message attributes")
             if (self.kind is StampKind.RESET) != (self.link_seq == 0):
                 raise _bad("link seq 0 is sent exactly on a reset")
@@ -530,7 +541,7 @@ def _parse(content: bytes, limit: int, depth: int, what: str) -> etree._Element:
 
 
 _STAMP_ATTRS = {"link", "epoch", "linkseq", "kind", "source", "sourceseq", "type", "topic",
-                "token", "messageid", "time", "refill", "repair", "snapshot"}
+                "token", "messageid", "time", "refill", "repair", "snapshot", "inre"}
 
 
 def stamp_element(root: etree._Element) -> Stamp:
@@ -567,15 +578,16 @@ def stamp_element(root: etree._Element) -> Stamp:
         refill=refill == "true",
         repair=_opt(a, "repair", "repair", 1, MAX_TRANS_ID),
         snapshot=snapshot == "true",
+        in_re=tuple(a["inre"].split(" ")) if "inre" in a else (),
     )
 
 
 _SET_ORDER = ("link", "link_seq", "kind", "epoch", "source", "source_seq", "publish_type",
-              "topic", "token", "message_id", "time", "refill", "repair", "snapshot")
+              "topic", "token", "message_id", "time", "refill", "repair", "snapshot", "in_re")
 assert Stamp.__slots__ == _SET_ORDER, "a new Stamp field needs its setter in varied_stamp"
 (_set_link, _set_link_seq, _set_kind, _set_epoch, _set_source, _set_source_seq, _set_type,
  _set_topic, _set_token, _set_message_id, _set_time, _set_refill, _set_repair,
- _set_snapshot) = (getattr(Stamp, name).__set__ for name in _SET_ORDER)
+ _set_snapshot, _set_in_re) = (getattr(Stamp, name).__set__ for name in _SET_ORDER)
 
 
 def varied_stamp(proto: Stamp, link_seq: int, source_seq: int | None, time: int | None,
@@ -601,6 +613,7 @@ def varied_stamp(proto: Stamp, link_seq: int, source_seq: int | None, time: int 
     _set_refill(stamp, proto.refill)
     _set_repair(stamp, proto.repair)
     _set_snapshot(stamp, proto.snapshot)
+    _set_in_re(stamp, proto.in_re)
     return stamp
 
 
@@ -824,7 +837,8 @@ def encode_stamp(stamp: Stamp) -> str:
         return data_stamp_xml(s.link, s.link_seq, epoch=s.epoch, source=s.source or "",
                               source_seq=s.source_seq or 0, publish_type=str(s.publish_type),
                               topic=s.topic or "", token=s.token, message_id=s.message_id,
-                              time=s.time, refill=s.refill, snapshot=s.snapshot)
+                              time=s.time, refill=s.refill, snapshot=s.snapshot,
+                              in_re=s.in_re)
     text = f"<seq link='{_esc(s.link)}'"
     if s.epoch:
         text += f" epoch='{s.epoch}'"
@@ -836,14 +850,15 @@ def encode_stamp(stamp: Stamp) -> str:
 def data_stamp_xml(link: str, link_seq: int, *, epoch: int, source: str, source_seq: int,
                    publish_type: str, topic: str, token: str | None = None,
                    message_id: str | None = None, time: int | None = None,
-                   refill: bool = False, snapshot: bool = False) -> str:
+                   refill: bool = False, snapshot: bool = False,
+                   in_re: tuple[str, ...] = ()) -> str:
     """A data stamp's `<seq … />` straight from trusted values (a link record and its journal
     entry, both checked when they were written): the fan-out's per-delivery path, without
     building and checking a `Stamp` (which costs about as much again)."""
     message = data_stamp_message(source, source_seq, publish_type, topic, token=token,
                                  message_id=message_id, time=time)
     return data_stamp_link(link, link_seq, message, epoch=epoch, refill=refill,
-                           snapshot=snapshot)
+                           snapshot=snapshot, in_re=in_re)
 
 
 def data_stamp_message(source: str, source_seq: int, publish_type: str, topic: str, *,
@@ -858,12 +873,14 @@ def data_stamp_message(source: str, source_seq: int, publish_type: str, topic: s
 
 
 def data_stamp_link(link: str, link_seq: int, message: str, *, epoch: int, refill: bool,
-                    snapshot: bool) -> str:
+                    snapshot: bool, in_re: tuple[str, ...] = ()) -> str:
     """A data stamp's `<seq … />` from its link's part and `data_stamp_message`'s."""
     head = f"<seq link='{_esc_known(link)}'"
     if epoch:
         head += f" epoch='{epoch}'"
     tail = " refill='true' />" if refill else " />"
+    if in_re:  # after every attribute of the fast layout: a reader without it declines
+        tail = f" inre='{' '.join(in_re)}'" + tail
     if snapshot:
         tail = " snapshot='true'" + tail
     return f"{head} linkseq='{link_seq}'{message}{tail}"

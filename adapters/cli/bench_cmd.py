@@ -20,6 +20,8 @@ BENCHES = {
     "beep": ("ops.bench.bench_beep", "BEEP frame parser throughput"),
     "apex": ("ops.bench.bench_apex", "APEX data->ok round trips through a live ApexServer"),
     "pubsub": ("ops.bench.bench_pubsub", "publish->deliver via apex=pubsub vs raw Kafka"),
+    "content": ("ops.bench.bench_content",
+                "content ingest per message; fan-out with selector vs topic subscriptions"),
     "spark": ("ops.bench.bench_spark_decode",
               "journal decode in Spark: spark-avro vs a Python UDF vs a bare Kafka read"),
 }

@@ -25,7 +25,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
@@ -54,7 +54,8 @@ from adapters.client.reconnect import (
 )
 from adapters.client.robust_client import Message, RobustSubscriber
 from broker.pubsub.ingest import MAX_REVISION
-from common.errors import ParameterSyntaxError
+from broker.selectors import SelectorClass
+from common.errors import ConfigError, ParameterSyntaxError
 
 __all__ = ["register"]
 
@@ -78,11 +79,11 @@ async def _connect(args: argparse.Namespace) -> PubsubClient:
 
 
 async def _topic(args: argparse.Namespace) -> int:
+    schemas = _schemas(args) if args.action == "create" else {}  # bad files: before connecting
     client = await _connect(args)
     try:
         if args.action == "create":
-            await client.create_topic(args.name, description=args.description,
-                                      **_schemas(args))
+            await client.create_topic(args.name, description=args.description, **schemas)
             print(f"created {args.name}")
         elif args.action == "delete":
             await client.delete_topic(args.name)
@@ -105,12 +106,19 @@ def _schemas(args: argparse.Namespace) -> dict[str, Any]:
     if given is not None:
         path = Path(given)
         if path.is_file() or given.endswith(".xsd") or "/" in given:
-            out["message_schema"] = message_schema_element(path.read_bytes())
+            out["message_schema"] = message_schema_element(_read_file(path))
         else:
             out["message_schema"] = message_schema_element(named=given)
     if args.selector_schema is not None:
-        out["selector_schemas"] = selector_schema_elements(Path(args.selector_schema).read_bytes())
+        out["selector_schemas"] = selector_schema_elements(_read_file(Path(args.selector_schema)))
     return out
+
+
+def _read_file(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
 def _read_all(path: str) -> bytes:
@@ -250,19 +258,40 @@ def stamp_fields(stamp: Stamp) -> dict[str, Any]:
     return record
 
 
-def _as_json(event: Delivered) -> str:
+def _satisfied(ids: Mapping[str, list[str]], topic: str,
+               in_re: tuple[str, ...] | None) -> dict[str, Any]:
+    """The JSON line's "subscriptions": the ids the delivery satisfied — its InRe, or without
+    one our one subscription to the topic (the broker leaves InRe out only then)."""
+    chosen = list(in_re) if in_re else ids.get(topic, [])[:1]
+    return {"subscriptions": chosen} if chosen else {}
+
+
+def _as_json(event: Delivered, ids: Mapping[str, list[str]]) -> str:
     record: dict[str, Any] = {"topic": event.topic, "originator": event.originator,
                               **(stamp_fields(event.stamp) if event.stamp else {}),
+                              **_satisfied(ids, event.topic, event.in_re),
                               "content_type": event.content_type,
                               **content_fields(event.content)}
     return json.dumps(record, ensure_ascii=False)
 
 
-def _message_json(message: Message) -> str:
+def _message_json(message: Message, ids: Mapping[str, list[str]]) -> str:
     record: dict[str, Any] = {"topic": message.topic, **stamp_fields(message.stamp),
+                              **_satisfied(ids, message.topic, message.stamp.in_re),
                               "content_type": message.content_type,
                               **content_fields(message.content)}
     return json.dumps(record, ensure_ascii=False)
+
+
+def _subscribed(topic: str, duration: int, sub_id: str | None, args: argparse.Namespace, *,
+                ids: dict[str, list[str]], link: str | None = None) -> None:
+    """Say, once, which subscription was made (stderr: stdout holds only deliveries)."""
+    if sub_id is not None:
+        ids.setdefault(topic, []).append(sub_id)
+    what = "" if args.selector is None else f" selecting {args.selector_class} {args.selector!r}"
+    where = "" if link is None else f" on link {link}"
+    print(f"apexps: subscribed to {topic} for {duration}s{where} (subscription id"
+          f" {sub_id}){what}", file=sys.stderr, flush=True)
 
 
 async def _subscribe(args: argparse.Namespace) -> int:
@@ -270,21 +299,21 @@ async def _subscribe(args: argparse.Namespace) -> int:
         return await _subscribe_robust(args)
     client = await _connect(args)
     try:
+        ids: dict[str, list[str]] = {}
         for topic in args.topic:
-            await client.subscribe(topic, args.duration)
-        print(f"apexps: subscribed to {', '.join(args.topic)} for {args.duration}s",
-              file=sys.stderr, flush=True)
+            sub_id = await client.subscribe(topic, args.duration, cached=args.cached,
+                                            selector=args.selector,
+                                            selector_class=args.selector_class)
+            _subscribed(topic, args.duration, sub_id, args, ids=ids)
         active, seen = set(args.topic), 0
         async for event in client.events():
             if isinstance(event, Ended):
-                active.discard(event.topic)
-                print(f"apexps: subscription to {event.topic} ended", file=sys.stderr, flush=True)
-                if not active:
+                if _ended(event, ids, active):
                     break
                 continue
             if not isinstance(event, Delivered):
                 continue
-            print(_as_json(event), flush=True)
+            print(_as_json(event, ids), flush=True)
             seen += 1
             if args.count and seen >= args.count:
                 break
@@ -309,15 +338,18 @@ async def _subscribe_robust(args: argparse.Namespace) -> int:
         # SIGTERM stops as cleanly as the end of --count: the positions of what was printed
         # are saved (Ctrl-C does the same through the cancelled task's finally)
         loop.add_signal_handler(signal.SIGTERM, lambda: asyncio.ensure_future(robust.close()))
-        watcher = asyncio.create_task(_until_ended(client, robust, set(args.topic)))
+        ids: dict[str, list[str]] = {}
+        watcher = asyncio.create_task(_until_ended(client, robust, set(args.topic), ids))
         try:
             for topic in args.topic:
-                await robust.subscribe(topic, args.duration, snapshot=args.snapshot)
-            print(f"apexps: subscribed to {', '.join(args.topic)} for {args.duration}s on link"
-                  f" {robust.link}", file=sys.stderr, flush=True)
+                sub_id = await robust.subscribe(topic, args.duration, snapshot=args.snapshot,
+                                                cached=args.cached,
+                                                selector=args.selector,
+                                                selector_class=args.selector_class)
+                _subscribed(topic, args.duration, sub_id, args, ids=ids, link=robust.link)
             seen = 0
             async for message in robust.messages():
-                print(_message_json(message), flush=True)
+                print(_message_json(message, ids), flush=True)
                 seen += 1
                 if args.count and seen >= args.count:
                     break
@@ -334,15 +366,40 @@ async def _subscribe_robust(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _until_ended(client: PubsubClient, robust: RobustSubscriber, active: set[str]) -> None:
+def _ended(event: Ended, ids: dict[str, list[str]], active: set[str]) -> bool:
+    """Note a subscription the service ended; True once none of ours is left."""
+    topic = event.topic
+    if topic is None or topic not in active:
+        return False
+    left = [i for i in ids.get(topic, []) if event.subscription_id not in (None, i)]
+    ids[topic] = left
+    if not left:
+        active.discard(topic)
+    which = "" if event.subscription_id is None else f" (subscription id {event.subscription_id})"
+    print(f"apexps: subscription to {topic} ended{which}", file=sys.stderr, flush=True)
+    return not active
+
+
+async def _until_ended(client: PubsubClient, robust: RobustSubscriber, active: set[str],
+                       ids: dict[str, list[str]]) -> None:
     """Close `robust` once the service has ended every subscription (expiry, topic deleted)."""
     async for event in client.events():
-        if isinstance(event, Ended) and event.topic in active:
-            active.discard(event.topic)
-            print(f"apexps: subscription to {event.topic} ended", file=sys.stderr, flush=True)
-            if not active:
-                await robust.close()
-                return
+        if isinstance(event, Ended) and _ended(event, ids, active):
+            await robust.close()
+            return
+
+
+async def _cancel(args: argparse.Namespace) -> int:
+    client = await _connect(args)
+    try:
+        # 568 (nothing matched) and the rest: the CLI's one error line and exit code
+        await client.cancel(args.topic, subscription_id=args.id)
+    finally:
+        await client.close()
+    what = (f"subscription {args.id}" if args.id else
+            f"every subscription to {args.topic}" if args.topic else "every subscription")
+    print(f"apexps: cancelled {what}", file=sys.stderr)
+    return 0
 
 
 def register(sub: Any) -> None:
@@ -426,6 +483,16 @@ def register(sub: Any) -> None:
                       help="seconds the subscription lasts (default: %(default)s)")
     subs.add_argument("--count", type=int, default=0, metavar="N",
                       help="exit after this many messages (default: run until ended)")
+    subs.add_argument("--selector", metavar="EXPR",
+                      help="only the messages this selector matches (draft-content §5.6),"
+                           " e.g. \"symbol IN ('XMPL', 'TEST') AND net-change-pct > 5.0\"")
+    subs.add_argument("--cached", action="store_true",
+                      help="first the topic's cached messages (per message-id its latest"
+                           " unexpired revision, through --selector), then live ones"
+                           " (draft-content §5.8)")
+    subs.add_argument("--class", dest="selector_class", default="JMS",
+                      choices=[c.value for c in SelectorClass],
+                      help="the selector's class (default: %(default)s)")
     robust = subs.add_argument_group(
         "robust delivery", "any of these turns it on; it implies --reconnect")
     robust.add_argument("--link", metavar="ID",
@@ -444,12 +511,27 @@ def register(sub: Any) -> None:
     _common(subs)
     subs.set_defaults(func=lambda args: event_loop.run(_subscribe(args)))
 
+    cancel = sub.add_parser(
+        "cancel", help="cancel subscriptions: one by id, all to a topic, or all",
+        description="Cancel your subscriptions (draft-content §5.8.2): the one --id names,"
+                    " every one to --topic, or with --all every one you have. Exits 1 with"
+                    " code 568 when nothing matched.")
+    which = cancel.add_mutually_exclusive_group(required=True)
+    which.add_argument("--id", metavar="N", help="the subscription id subscribe printed")
+    which.add_argument("--topic", help="every subscription of yours to this topic")
+    which.add_argument("--all", action="store_true", help="every subscription of yours")
+    _common(cancel)
+    cancel.set_defaults(func=lambda args: event_loop.run(_cancel(args)))
+
 
 _SUBSCRIBE_HELP = """\
 Subscribe to topics and print one JSON line per message on stdout: topic, the
 sequence stamp (link, epoch, linkseq, source, sourceseq, type, and messageid,
-token, time when present), content_type, and content (content_base64 if it is
-not UTF-8). Runs until Ctrl-C, --count, or every subscription ended.
+token, time when present), the ids of the subscriptions it satisfied
+("subscriptions"), content_type, and content (content_base64 if it is not
+UTF-8). Each subscription's id is said once on stderr. With --selector only the
+messages it matches come (JMS or --class RFC-2254). Runs until Ctrl-C, --count,
+or every subscription ended.
 
 Robust delivery (--link or --state): the messages of one link, in link order,
 each exactly once. Holes are noticed (also by heartbeats on a quiet link) and
@@ -462,6 +544,8 @@ on a link used before asks for that link's history again.
 
 examples:
   apexps subscribe --as jade@example.com --topic equity.quote
+  apexps subscribe --as jade@example.com --topic equity.quote.service \\
+      --selector "symbol IN ('XMPL', 'TEST') AND net-change-pct > 5.0"
   apexps subscribe --as jade@example.com --topic equity.quote \\
       --link desk-1 --state desk-1.json
 """

@@ -29,6 +29,7 @@ the connection went raises `ServiceNotAvailable`: the reply, if any, went to the
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -41,6 +42,7 @@ import structlog
 from adapters.apex.batch_codec import DEFAULT_BATCH, ItemFields, batch_items
 from adapters.apex.codec import Data, Option
 from adapters.apex.endpoint import Endpoint
+from adapters.apex.inre import find_in_re
 from adapters.apex.pubsub_codec import (
     Cancel,
     CreateTopic,
@@ -108,6 +110,9 @@ class Delivered:
     content_type: str
     #: the `apexps.seq` stamp (link, link seq, source, source seq …), if the broker sent one
     stamp: Stamp | None = None
+    #: the ids of our subscriptions the message satisfied (its InRe, draft-content §5.10.1);
+    #: None: the broker named none (our one subscription to the topic takes every message)
+    in_re: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,10 +130,12 @@ _PUBSUB_OPS = (Cancel, CreateTopic, DeleteTopic, ListTopics, Reply, Subscribe, T
 
 @dataclass(frozen=True, slots=True)
 class Ended:
-    """The service cancelled our subscription to `topic` (expiry or topic deletion)."""
+    """The service cancelled our subscription to `topic` (expiry or topic deletion): the one
+    `subscription_id` names, or (None) all of ours to the topic."""
 
-    topic: str
+    topic: str | None
     subscriber: str
+    subscription_id: str | None = None
 
 
 #: What `listen_link` hands its listener; None: nothing more will come (the connection is gone
@@ -268,18 +275,30 @@ class PubsubClient:
     async def subscribe(self, topic: str, duration: int = 3600,
                         subscriber: Endpoint | str | None = None,
                         link: str | None = None, *, snapshot: bool = False,
-                        batch: int | _Own | None = OWN) -> None:
+                        batch: int | _Own | None = OWN, cached: bool = False,
+                        selector: str | None = None,
+                        selector_class: str = "JMS") -> str | None:
         """`link`: the link the subscription's data travel on (default: the subscriber).
+        `cached`: the topic's cached messages first (content-based §5.8: per message-id its
+        latest unexpired revision; stamp.snapshot on a link), then live data.
         `snapshot`: the link first carries the current images and deltas of the topic's data
         items (stamp.snapshot), then live data (robust-binding §9). `batch`: the link's live
         data may come packed, up to this many per data (§5.4; None: one data each); they
         arrive one by one either way. By default our own subscriptions ask for
-        DEFAULT_BATCH, and one on another's behalf for none: its client may not unpack."""
+        DEFAULT_BATCH, and one on another's behalf for none: its client may not unpack.
+        `selector`: only messages it matches (draft-content §5.6; `selector_class` JMS or
+        RFC-2254); 566 / 567 raise UnsupportedSelectorClass / SelectorError.
+        Returns the subscription id the service gave (None from a service without ids);
+        subscribing again with the same selector and link renews that subscription."""
         trans = self.new_trans_id()
         who = self._endpoint(subscriber)
         if isinstance(batch, _Own):
             batch = DEFAULT_BATCH if who == self.endpoint else None
-        await self._ask(Subscribe(who, topic, trans, duration, link, snapshot, batch), trans)
+        answer = await self._ask(Subscribe(
+            who, topic, trans, duration, link, snapshot, batch, cached,
+            selector_class=None if selector is None else selector_class, selector=selector),
+            trans)
+        return answer.subscription_id if isinstance(answer, Reply) else None
 
     async def snapshot(self, topic: str, message_id: str | None = None,
                        link: str | None = None) -> None:
@@ -343,6 +362,11 @@ class PubsubClient:
         this client awaits. One listener per link; a second one replaces the first."""
         self._links[link] = listener
 
+    def link_listener(self, link: str) -> LinkListener | None:
+        """Who `listen_link` hands `link`'s traffic to now (None: `events()`), so that a
+        listener can be put in front of another (the web gateway's gap fills do)."""
+        return self._links.get(link)
+
     def unlisten_link(self, link: str) -> None:
         """Stop `listen_link`; the link's traffic goes to `events()` again."""
         self._links.pop(link, None)
@@ -356,9 +380,14 @@ class PubsubClient:
         assert isinstance(answer, PubStatus)
         return answer
 
-    async def cancel(self, topic: str, subscriber: Endpoint | str | None = None) -> None:
+    async def cancel(self, topic: str | None = None, subscriber: Endpoint | str | None = None,
+                     *, subscription_id: str | None = None) -> None:
+        """Cancel the subscription `subscription_id`; without one, every subscription to
+        `topic`; with neither, all of them (draft-content §5.8.2). 568 (UnknownSubscription)
+        when nothing matches."""
         trans = self.new_trans_id()
-        await self._ask(Cancel(topic, trans, self._endpoint(subscriber)), trans)
+        await self._ask(Cancel(topic, trans, self._endpoint(subscriber), subscription_id),
+                        trans)
 
     async def publish(self, topic: str, content: bytes,
                       content_type: str = "application/octet-stream", *,
@@ -440,6 +469,24 @@ class PubsubClient:
         except ApexpsError:
             return None
 
+    def _stamp_in_re(self, data: Data) -> tuple[Stamp | None, tuple[str, ...] | None]:
+        """A delivery's stamp and InRe ids (ours, where several recipients share it)."""
+        mine = [i for i, r in enumerate(data.recipients) if r == self.endpoint] or [0]
+        options = data.options_of(mine[0])
+        try:
+            stamp = find_stamp(options)
+        except ApexpsError:
+            stamp = None
+        try:
+            ids = find_in_re(options)
+        except ApexpsError:
+            return stamp, None
+        if stamp is not None and ids:
+            # carried on with the stamp, as a batch item's inre is: a link's stub hands its
+            # application the stamp, not the data's options
+            stamp = dataclasses.replace(stamp, in_re=ids)
+        return stamp, ids
+
     def _robust(self, data: Data) -> bool:
         """Handle a robust delivery document (heartbeat, reset, linkreply, capabilities)."""
         head = data.content.lstrip()[:64]
@@ -481,7 +528,7 @@ class PubsubClient:
                 continue
             topic = stamp.topic or ""
             delivered = Delivered(topic, self._origin(domain, topic), content, content_type,
-                                  stamp)
+                                  stamp, stamp.in_re or None)
             if not self._to_link(stamp.link, delivered):
                 self._events.put_nowait(delivered)
 
@@ -500,9 +547,9 @@ class PubsubClient:
         if origin.address != SERVICE:
             return
         if origin.subaddress is not None:
-            stamp = self._stamp(data)
+            stamp, in_re = self._stamp_in_re(data)
             delivered = Delivered(origin.subaddress, str(origin), data.content,
-                                  data.content_type, stamp)
+                                  data.content_type, stamp, in_re)
             if stamp is None or not self._to_link(stamp.link, delivered):
                 self._events.put_nowait(delivered)
             return
@@ -517,4 +564,5 @@ class PubsubClient:
             if future is not None and not future.done():
                 future.set_result(op)
         elif isinstance(op, Cancel):
-            self._events.put_nowait(Ended(op.topic, str(op.subscriber or self.endpoint)))
+            self._events.put_nowait(Ended(op.topic, str(op.subscriber or self.endpoint),
+                                          op.subscription_id))

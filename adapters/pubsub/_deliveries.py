@@ -23,6 +23,7 @@ from adapters.apex.batch_codec import (
 )
 from adapters.apex.codec import BEEP_XML, Data, Option, TargetHop, plain_data
 from adapters.apex.endpoint import Endpoint
+from adapters.apex.inre import in_re_option
 from adapters.apex.robust_codec import (
     STAMP_OPTION,
     Heartbeat,
@@ -43,11 +44,19 @@ from broker.names import DEFAULT_HOPS, SERVICE
 from broker.records import JournalEntry
 from broker.robust.links import LinkKind, LinkRecord
 
-__all__ = ["Renderer"]
+__all__ = ["InRe", "Renderer"]
 
 #: Topics whose origin endpoint is kept (past it the cache starts over).
 _ORIGINS_LIMIT = 65_536
 _DATA, _HEARTBEAT, _RESET = LinkKind.DATA, LinkKind.HEARTBEAT, LinkKind.RESET
+
+
+#: (entry, subscriber, link) -> the subscription ids the delivery satisfied, None: no InRe
+InRe = Callable[[JournalEntry, str, str], "tuple[str, ...] | None"]
+
+
+def _no_in_re(_entry: JournalEntry, _who: str, _link: str) -> tuple[str, ...] | None:
+    return None
 
 
 @functools.lru_cache(maxsize=65536)
@@ -70,7 +79,7 @@ _ItemParts = dict[int, tuple[JournalEntry, str, str]]
 
 
 def _batch_data_item(rec: LinkRecord, entry: JournalEntry, refilled: bool,
-                     known: _ItemParts) -> str:
+                     known: _ItemParts, in_re: tuple[str, ...] | None = None) -> str:
     """`batch_data_item(_stamp_xml(rec, entry, refilled), …)`, with what depends only on the
     message (its stamp's message part, its content in base64) made once per message however
     many links of a fan-out turn it goes to (`known` keeps them for the turn)."""
@@ -82,7 +91,7 @@ def _batch_data_item(rec: LinkRecord, entry: JournalEntry, refilled: bool,
         parts = known[id(entry)] = (
             entry, message, batch_item_content(entry.content, entry.content_type))
     stamp = data_stamp_link(rec.link, rec.link_seq, parts[1], epoch=rec.epoch,
-                            refill=refilled, snapshot=rec.snapshot)
+                            refill=refilled, snapshot=rec.snapshot, in_re=in_re or ())
     return f"<item>{stamp}{parts[2]}"
 
 
@@ -116,11 +125,13 @@ class Packer:
         self._to: Endpoint | None = None
 
     def data(self, to: Endpoint, record: LinkRecord, entry: JournalEntry,
-             refilled: bool = False) -> None:
+             refilled: bool = False, who: str | None = None) -> None:
+        renderer = self._renderer
         if len(entry.content) > BATCH_ITEM_CONTENT:
-            self.single(to, self._renderer.delivery(to, record, entry, refilled))
+            self.single(to, renderer.delivery(to, record, entry, refilled, who))
         else:
-            self._add(to, _batch_data_item(record, entry, refilled, self._known))
+            in_re = renderer.in_re(entry, who or str(to), record.link)
+            self._add(to, _batch_data_item(record, entry, refilled, self._known, in_re))
 
     def item(self, to: Endpoint, stamp: Stamp, doc: RobustDocument) -> None:
         """A heartbeat or withheld item."""
@@ -148,8 +159,10 @@ class Renderer:
     """Turns delivery actions into data for `send` (ApexServer.send)."""
 
     def __init__(self, domain: str, heartbeat_ms: int, send: Callable[[Data], None],
-                 trans_ids: itertools.count[int]) -> None:
+                 trans_ids: itertools.count[int], in_re: InRe = _no_in_re) -> None:
+        """`in_re`: the subscription ids a delivery satisfied, for its InRe (None: none)."""
         self.endpoint = Endpoint(SERVICE, domain)
+        self.in_re = in_re
         self.domain = domain
         self.heartbeat_ms = heartbeat_ms
         self.send = send
@@ -184,13 +197,15 @@ class Renderer:
                     send(data)
                 continue
             if packer is not None:
-                packer.data(to, record, entry)
+                packer.data(to, record, entry, who=who)
                 continue
             group = by_entry.get(id(entry))
             if group is None:
                 group = by_entry[id(entry)] = (entry, [], [])
             group[1].append(to)
-            group[2].append((_data_stamp(record, entry),))
+            ids = self.in_re(entry, who, link)
+            group[2].append((_data_stamp(record, entry),) if ids is None else
+                            (_data_stamp(record, entry), in_re_option(ids)))
         for entry, recipients, options in by_entry.values():
             send(Data(self.origin(entry.topic), tuple(recipients), entry.content,
                       entry.content_type, options=(_hop_option(entry, next(self._trans_ids)),),
@@ -217,10 +232,10 @@ class Renderer:
                         recipient_options=((stamp_option(withheld_stamp(record)),),),
                         content_ref="#Content")
         elif packer is not None:
-            packer.data(to, record, entry, refilled=True)
+            packer.data(to, record, entry, refilled=True, who=item.who)
             return
         else:
-            data = self.delivery(to, record, entry, refilled=True)
+            data = self.delivery(to, record, entry, refilled=True, who=item.who)
         if packer is not None:
             packer.single(to, data)
         else:
@@ -237,10 +252,14 @@ class Renderer:
         return origin
 
     def delivery(self, to: Endpoint, record: LinkRecord, entry: JournalEntry,
-                 refilled: bool = False) -> Data:
-        """One data carrying `entry` on `record`'s link seq to `to` alone."""
+                 refilled: bool = False, who: str | None = None) -> Data:
+        """One data carrying `entry` on `record`'s link seq to `to` alone (`who`: `to` as the
+        subscription names it), with its InRe."""
+        ids = self.in_re(entry, who or str(to), record.link)
+        stamp = _data_stamp(record, entry, refilled)
         return Data(self.origin(entry.topic), (to,), entry.content, entry.content_type,
-                    recipient_options=((_data_stamp(record, entry, refilled),),),
+                    recipient_options=((stamp,) if ids is None else
+                                       (stamp, in_re_option(ids)),),
                     content_ref="#Content" if entry.content_type == BEEP_XML else None)
 
     def link_data(self, to: Endpoint, record: LinkRecord, refilled: bool = False, *,

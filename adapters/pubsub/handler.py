@@ -18,11 +18,18 @@ read back, which first advances the data item state; with a link log, sequenced 
 link by `sequenced.SequencedFanout`, which also serves gap requests, source repairs, capability
 queries, snapshots and heartbeats), cancel notices on expiry and topic deletion, forwarded
 requests to redistributors, and replies a redistributor sent us, passed on to whoever asked.
+A data a subscriber receives names, in its InRe option, the ids of every subscription of its
+that the message satisfied (content-based §5.10.1; the service's table decides, the renderer
+writes it, per recipient);
+and the well-known topics' messages (content-based §6, `_wkt_publisher`), journaled before the
+250 of the operation that changed them.
 
 Management runs in a worker thread (registry writes wait for Kafka) under one lock, so two
-requests never interleave their check-then-write steps. A subscribe with snapshot='true' ends
-with one step on the event loop (`_open_with_snapshot`): the snapshot is queued on the link and
-the subscription made visible to `forward` together, between two forwards (robust-binding §9).
+requests never interleave their check-then-write steps. A subscribe with snapshot='true' or
+with `cached` (content-based §5.8) ends with one step on the event loop (`_open_with_snapshot`,
+`_open_with_cache` on the plain path): the item state (the cached messages) is queued on the
+link and the subscription made visible to `forward` together, between two forwards
+(robust-binding §9).
 """
 
 from __future__ import annotations
@@ -38,8 +45,10 @@ import structlog
 
 from adapters.apex.codec import BEEP_XML, Data, Option, TargetHop
 from adapters.apex.endpoint import Endpoint
+from adapters.apex.inre import in_re_option
 from adapters.apex.options import hop_limit
 from adapters.apex.pubsub_codec import (
+    SUBSCRIPTION_ID,
     Cancel,
     CreateTopic,
     DeleteTopic,
@@ -73,6 +82,7 @@ from broker.robust.linkid import default_link_id
 from broker.robust.links import LinkLog
 from common.errors import ApexpsError, OptionNotImplemented, ParameterSyntaxError
 
+from ._wkt_publisher import WktPublisher
 from .sequenced import SequencedFanout
 
 __all__ = ["PubsubHandler"]
@@ -127,6 +137,8 @@ class PubsubHandler:
         self._batch: list[tuple[Publication, asyncio.Future[Iterable[Data]]]] = []
         #: drops copies of publications already journaled (publisher seqs, §8)
         self.gate = PublishGate(journal, defer=self._loop.call_soon_threadsafe)
+        #: journals WKT=Topics and WKT=Subscriptions as state changes (content-based §6)
+        self.wkt = WktPublisher(service, self.gate, items)
         #: transIDs of requests the service itself sent (redistribution) -> their reply
         self._own: dict[int, asyncio.Future[Reply]] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -139,6 +151,7 @@ class PubsubHandler:
 
     def start(self) -> None:
         self._expiry_task = asyncio.create_task(self._expire_loop())
+        self._tasks.append(asyncio.create_task(self.wkt.publish(self.wkt.reconcile())))
         if self.sequenced is not None:
             self.sequenced.start()
 
@@ -250,26 +263,35 @@ class PubsubHandler:
         if isinstance(op, Reply):
             return self._pass_on(originator, op)
         async with self._lock:
+            wkt: list[Publication] = []
             try:
-                answer = await asyncio.to_thread(self._apply, originator, op)
+                if isinstance(op, Subscribe) and op.cached and self.sequenced is not None:
+                    # the cache holds what the journal held now, acknowledged or not
+                    await self.sequenced.caught_up()
+                answer = await asyncio.to_thread(self._apply, originator, op, wkt)
             except ApexpsError as exc:
                 trans = getattr(op, "trans_id", None)
                 log.info("pubsub refused", operation=type(op).__name__.lower(),
                          originator=str(originator), code=int(exc.code), reason=str(exc))
                 answer = [self._data(originator, Reply(int(exc.code), trans, str(exc)))]
+            await self.wkt.publish(wkt)  # before the 250: the lists show what it says
         self._wake.set()  # a subscription may now expire sooner than the timer thinks
         return answer
 
-    def _apply(self, originator: Endpoint, op: PubsubOperation) -> list[Data]:
-        """One management operation, in a worker thread; returns the data to send."""
+    def _apply(self, originator: Endpoint, op: PubsubOperation,
+               wkt: list[Publication]) -> list[Data]:
+        """One management operation, in a worker thread; returns the data to send and adds
+        to `wkt` the well-known topics' messages about what changed."""
         who, svc = str(originator), self.service
         if isinstance(op, CreateTopic):
-            svc.create_topic(who, op.topic, description=op.description,
-                             message_schema=op.message_schema,
-                             selector_schemas=op.selector_schemas)
+            wkt.append(self.wkt.topic_created(svc.create_topic(
+                who, op.topic, description=op.description, message_schema=op.message_schema,
+                selector_schemas=op.selector_schemas)))
             return [self._data(originator, Reply(250, op.trans_id))]
         if isinstance(op, DeleteTopic):
             ended = svc.delete_topic(who, op.topic)
+            wkt.append(self.wkt.topic_deleted(op.topic))
+            wkt.extend(self.wkt.ended(ended, "topic deleted"))
             if self.items is not None:  # on the loop, in order with forward
                 self._loop.call_soon_threadsafe(self.items.forget_topic, op.topic)
             return [self._data(originator, Reply(250, op.trans_id)), *self._notices(ended)]
@@ -282,25 +304,32 @@ class PubsubHandler:
             if op.snapshot and (self.sequenced is None or self.items is None):
                 raise OptionNotImplemented("snapshot='true' needs sequenced delivery and item"
                                            " state")
+            cached = op.cached and self.items is not None
+            first = op.snapshot or cached
             claim = None
             if self.links is not None and self.sequenced is not None:
                 self.links.check_owner(link, whom)  # 537 before anything is recorded
                 claim = functools.partial(self.sequenced.claim, link, whom)
             result = svc.subscribe(who, whom, op.topic, op.duration, op.trans_id,
-                                   link=op.link, claim=claim, activate=not op.snapshot)
+                                   link=op.link, claim=claim, activate=not first,
+                                   selector_class=op.selector_class, selector=op.selector)
             if isinstance(result, Forward):
                 return [self._forward(originator, op, result)]
+            wkt.append(self.wkt.subscribed(result))
             if self.sequenced is not None:
                 # before the 250: what follows it on the link already comes as asked
                 self._loop.call_soon_threadsafe(self.sequenced.batch_live, link, op.batch)
-            if op.snapshot:
-                self._on_loop(self._open_with_snapshot, result, link)
-            return [self._data(originator, Reply(250, op.trans_id))]
+            if first:
+                self._on_loop(self._open_with_snapshot if self.sequenced is not None
+                              else self._open_with_cache, result, link)
+            return [self._data(originator, Reply(250, op.trans_id,
+                                                 subscription_id=result.subscription_id))]
         if isinstance(op, Cancel):
             subject = op.subscriber or originator
-            gone = svc.cancel(who, str(subject), op.topic)
+            gone = svc.cancel(who, str(subject), op.topic, op.subscription_id)
             if isinstance(gone, Forward):
                 return [self._forward(originator, op, gone)]
+            wkt.extend(self.wkt.ended(gone, "cancelled"))
             return [self._data(originator, Reply(250, op.trans_id))]
         if isinstance(op, Reply):
             return self._pass_on(originator, op)
@@ -311,9 +340,11 @@ class PubsubHandler:
         remember whom its reply is for."""
         ours = next(self._forward_ids)
         self._forwarded[ours] = (originator, op.trans_id)
-        moved = (Subscribe(op.subscriber, op.topic, ours, op.duration, snapshot=op.snapshot)
+        moved = (Subscribe(op.subscriber, op.topic, ours, op.duration, snapshot=op.snapshot,
+                           cached=op.cached, selector_class=op.selector_class,
+                           selector=op.selector)
                  if isinstance(op, Subscribe)
-                 else Cancel(op.topic, ours, op.subscriber or originator))
+                 else Cancel(op.topic, ours, op.subscriber or originator, op.subscription_id))
         log.info("pubsub request forwarded", to=via.to, topic=op.topic, originator=str(originator))
         return Data(self.endpoint, (Endpoint.parse(via.to),), _content_xml(moved), BEEP_XML,
                     content_ref="#Content")
@@ -330,12 +361,29 @@ class PubsubHandler:
         """One event-loop step: the topic's item state onto the link, then the subscription
         visible to `forward`. The item store advances in `forward`, so the state holds exactly
         what was forwarded before this step, and everything forwarded after it reaches the
-        subscription live: no gap, no duplicate (robust-binding §9)."""
+        subscription live: no gap, no duplicate (robust-binding §9). The cached messages of
+        a subscribe with `cached` (content-based §5.8) are this same state, unexpired."""
         assert self.sequenced is not None
-        count = self.sequenced.queue_snapshot(sub.subscriber, link, sub.topic)
+        count = self.sequenced.queue_snapshot(sub.subscriber, link, sub.topic,
+                                              select=self.service.selection(sub))
         self.service.activate(sub)
         log.info("subscribed with snapshot", topic=sub.topic, subscriber=sub.subscriber,
                  link=link, items=count)
+
+    def _open_with_cache(self, sub: Subscription, link: str) -> None:
+        """`_open_with_snapshot` on the plain path: the cached messages as plain data, then
+        the subscription visible to `forward`, in one event-loop step."""
+        assert self.items is not None
+        select = self.service.selection(sub)
+        cached = [e for e in self.items.snapshot(sub.topic, now=self.service.now())
+                  if self.service.entitled(e, sub.subscriber)
+                  and (select is None or select(e))]
+        for entry in cached:
+            self._send(self._plain(entry, (Endpoint.parse(sub.subscriber),),
+                                   ((sub.subscription_id,),) if select else ()))
+        self.service.activate(sub)
+        log.info("subscribed with cached messages", topic=sub.topic, subscriber=sub.subscriber,
+                 messages=len(cached))
 
     def _pass_on(self, origin: Endpoint, reply: Reply) -> list[Data]:
         mine = self._own.pop(reply.trans_id, None) if reply.trans_id else None
@@ -348,18 +396,21 @@ class PubsubHandler:
             log.info("unsolicited pubsub reply dropped", originator=str(origin), code=reply.code)
             return []
         who, trans = asked
-        return [self._data(who, Reply(reply.code, trans, reply.text))]
+        return [self._data(who, Reply(reply.code, trans, reply.text, reply.subscription_id))]
 
     def _data(self, to: Endpoint, op: PubsubOperation) -> Data:
         return Data(self.endpoint, (to,), _content_xml(op), BEEP_XML, content_ref="#Content")
 
     def _notices(self, ended: list[Subscription]) -> list[Data]:
-        """The cancel the service initiates (§4.6) for each subscription that ended."""
+        """The cancel the service initiates (§4.6) for each subscription that ended, naming
+        its id (draft-content §5.8.2)."""
         out = []
         for sub in ended:
             to = Endpoint.parse(sub.originator or sub.subscriber)
+            sub_id = sub.subscription_id if SUBSCRIPTION_ID.fullmatch(sub.subscription_id) \
+                else None
             out.append(self._data(to, Cancel(sub.topic, sub.trans_id or 1,
-                                             Endpoint.parse(sub.subscriber))))
+                                             Endpoint.parse(sub.subscriber), sub_id)))
         return out
 
     # --- what the service initiates -----------------------------------------------------
@@ -374,19 +425,25 @@ class PubsubHandler:
             self.sequenced.forward(entries)
             return
         for entry in entries:
-            recipients = [r for r in self.service.recipients(entry.topic)
-                          if self.service.entitled(entry, r)]  # permission tokens
-            if not recipients:
-                continue
-            hops = int(entry.options.get("dataHopping", DEFAULT_HOPS))
-            option = Option("dataHopping", next(self._forward_ids), target_hop=TargetHop.ALL,
-                            must_understand=True,
-                            content=f"<dataHopping noMoreThan='{hops}' reportErrors='true' />")
-            origin = Endpoint(SERVICE, self.service.domain, entry.topic)
-            data = Data(origin, tuple(Endpoint.parse(r) for r in recipients), entry.content,
-                        entry.content_type, options=(option,),
-                        content_ref="#Content" if entry.content_type == BEEP_XML else None)
-            self._send(data)
+            chosen = [(r, ids) for r, ids in self.service.recipients_for(entry)
+                      if self.service.entitled(entry, r, live=True)]  # tokens, expiry
+            if chosen:
+                self._send(self._plain(entry, tuple(Endpoint.parse(r) for r, _ in chosen),
+                                       tuple(ids for _, ids in chosen)))
+
+    def _plain(self, entry: JournalEntry, to: tuple[Endpoint, ...],
+               in_re: tuple[tuple[str, ...] | None, ...] = ()) -> Data:
+        """A journaled message as plain data from its topic's endpoint (no link stamp), with
+        each recipient's InRe (draft-content §5.10.1.1) where `in_re` names ids."""
+        hops = int(entry.options.get("dataHopping", DEFAULT_HOPS))
+        option = Option("dataHopping", next(self._forward_ids), target_hop=TargetHop.ALL,
+                        must_understand=True,
+                        content=f"<dataHopping noMoreThan='{hops}' reportErrors='true' />")
+        origin = Endpoint(SERVICE, self.service.domain, entry.topic)
+        per = tuple(() if ids is None else (in_re_option(ids),) for ids in in_re)
+        return Data(origin, to, entry.content, entry.content_type, options=(option,),
+                    recipient_options=per if any(per) else (),
+                    content_ref="#Content" if entry.content_type == BEEP_XML else None)
 
     def forward_threadsafe(self, entries: list[JournalEntry]) -> None:
         self._loop.call_soon_threadsafe(self.forward, entries)
@@ -401,6 +458,7 @@ class PubsubHandler:
                 continue
             async with self._lock:
                 ended = await asyncio.to_thread(self.service.expire_due)
+                await self.wkt.publish(self.wkt.ended(ended, "expired"))
             for notice in self._notices(ended):
                 self._send(notice)
 

@@ -55,6 +55,7 @@ from broker.robust.linkid import default_link_id
 from broker.robust.links import LinkLog
 from broker.robust.refill import Refilled, refill_chunks
 from broker.robust.repair import select_catch_up
+from broker.selectors import SelectorClass
 from common.errors import (
     ApexpsError,
     InvalidParameter,
@@ -116,7 +117,8 @@ class SequencedFanout:
         self.items = items
         self._send = send
         self._loop = asyncio.get_running_loop()
-        self.render = Renderer(service.domain, config.heartbeat_ms, send, trans_ids)
+        self.render = Renderer(service.domain, config.heartbeat_ms, send, trans_ids,
+                               in_re=service.in_re)
         self.endpoint = self.render.endpoint
         self.core = DeliveryCore(
             links, service, _CatchUpInThread(journal, service, config.max_repair, self._loop),
@@ -262,7 +264,7 @@ class SequencedFanout:
             link_retention_ms=self.links.retention_ms, max_gap=self.links.max_gap,
             max_repair=c.max_repair,
             journal_retention_ms=self.journal.config.journal_retention_ms,
-            selector_classes=(),  # subscribe takes no selector yet
+            selector_classes=tuple(c.value for c in SelectorClass),  # draft-content §7
             # snapshot is a request, served when there is item state to serve it from
             publish_types=tuple(t for t in PublishType
                                 if self.items is not None or t is not PublishType.SNAPSHOT),
@@ -359,13 +361,17 @@ class SequencedFanout:
 
     def queue_snapshot(self, subscriber: str, link: str, topic: str,
                        message_id: str | None = None,
-                       then: Callable[[bool], None] | None = None) -> int:
+                       then: Callable[[bool], None] | None = None, *,
+                       select: Callable[[JournalEntry], bool] | None = None) -> int:
         """The current images and deltas of `topic`'s items (or of one item) onto `link`
-        (`DeliveryCore.queue_snapshot`); how many."""
+        (`DeliveryCore.queue_snapshot`), less what has expired and, with `select` (a
+        subscription's selector, content-based §5.8), less what it does not take; how many."""
         if self.items is None:
             return 0
-        return self.core.queue_snapshot(subscriber, link, self.items.snapshot(topic, message_id),
-                                        then)
+        state = self.items.snapshot(topic, message_id, now=self.service.now())
+        if select is not None:
+            state = [e for e in state if select(e)]
+        return self.core.queue_snapshot(subscriber, link, state, then)
 
     def _snapshot_checks(self, who: str, topic: str, link: str) -> None:
         """In a worker thread: 537/550 before anything is recorded, then the link claimed."""
@@ -401,6 +407,10 @@ class SequencedFanout:
         log.info("snapshot sent", topic=req.topic, message_id=req.message_id, originator=who,
                  link=link, items=count)
         return [self._reply(originator, Reply(250, req.trans_id))]
+
+    async def caught_up(self) -> None:
+        """`_caught_up`, for a subscribe with cached messages (the handler)."""
+        await self._caught_up()
 
     async def _caught_up(self) -> None:
         """Until the item state holds everything the journal held now, acknowledged to its

@@ -186,9 +186,10 @@ class DeliveryCore:
     # --- what leaves ----------------------------------------------------------------------
 
     def entitled(self, entry: JournalEntry, subscriber: str) -> bool:
-        """The permission-token filter (XEP-0040 §5.1): asked before a link seq is assigned,
-        so a link never carries a seq for a message its subscriber may not see, and asked
-        again for every refilled message (a gap fill sends `withheld` where it says no)."""
+        """The permission-token and expiry filter (XEP-0040 §5.1, content-based §5.2.1):
+        asked before a link seq is assigned, so a link never carries a seq for a message its
+        subscriber may not see, and asked again for every refilled message (a gap fill sends
+        `withheld` where it says no: a message expired since, or a token denied since)."""
         return self._routes.entitled(entry, subscriber)
 
     def forward(self, entries: Sequence[JournalEntry]) -> None:
@@ -196,16 +197,16 @@ class DeliveryCore:
         items: list[LinkItem] = []
         targets: _Targets = []
         held, forwarded, carried = self._held, self._forwarded, self._carried
-        recipient_links, entitled = self._routes.recipient_links_now, self._routes.entitled
+        recipient_links, entitled = self._routes.recipient_links_for, self._routes.entitled
         for entry in entries:
             part, offset = position = entry.position
             forwarded[part] = offset
             source, source_seq = entry.source, entry.source_seq
-            for who, link in recipient_links(entry.topic):
+            for who, link in recipient_links(entry):  # selection: by the stored fields
                 if carried and (link, position) in carried:
                     carried.discard((link, position))  # on the link before a restart
                     continue
-                if entitled(entry, who):
+                if entitled(entry, who, live=True):
                     if held and link in held:  # under repair: after the catch-up
                         held[link].append((who, entry))
                         continue
@@ -428,6 +429,10 @@ class DeliveryCore:
             self._emit(RepairAnswer(job, result))
             self._end_repair(run)
             return
+        # The journal read selects by topic; a link's selectors take only what they match,
+        # as forward() did (a message no selector of the link takes has no seq on it).
+        wants = self._routes.wants
+        result = [e for e in result if wants(job.link, e)]
         times = [e.appended_at for e in result] + [e.appended_at for _, e in run.held]
         run.reset = RepairReset(job.trans_id, min([self._wall(), *times]))
         run.chunks = [result[i:i + REPAIR_CHUNK]

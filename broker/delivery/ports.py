@@ -53,15 +53,23 @@ class LinkLogPort(Protocol):
 
 
 class Routes(Protocol):
-    """Who receives what: the subscriptions and the permission-token filter
+    """Who receives what: the subscriptions, their selectors and the permission-token filter
     (`broker.pubsub.PubsubService`). Every answer is about the links this broker serves."""
 
-    def recipient_links_now(self, topic: str) -> Sequence[tuple[str, str]]:
-        """(subscriber, link) of every subscription to `topic` active now."""
+    def recipient_links_for(self, entry: JournalEntry) -> Sequence[tuple[str, str]]:
+        """(subscriber, link) `entry` goes to now: one pair per endpoint and link, for every
+        active subscription to its topic without a selector or whose selector its stored
+        fields satisfy (draft §5.10: one copy, however many of the pair's it satisfies)."""
         ...
 
-    def entitled(self, entry: JournalEntry, subscriber: str) -> bool:
-        """May `subscriber` see `entry` now (permission tokens)?"""
+    def wants(self, link: str, entry: JournalEntry) -> bool:
+        """Whether an active subscription travelling on `link` takes `entry` (its topic, and
+        its selector if it has one): what a source repair's catch-up may carry."""
+        ...
+
+    def entitled(self, entry: JournalEntry, subscriber: str, *, live: bool = False) -> bool:
+        """May `subscriber` see `entry` now (permission tokens, expiry, private topics)?
+        `live`: asked by the live fan-out, forwarding it for the first time."""
         ...
 
     def link_topics(self, link: str) -> Mapping[str, str]:

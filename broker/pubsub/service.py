@@ -8,17 +8,24 @@ wire adapter turns that into the `reply` element carrying the operation's transI
 go to Kafka first (`Registry.put` returns once the compacted topic holds the record) and only
 then to memory, so what a caller was told is what a restart rebuilds.
 
-Publishing: `accept(...)` checks `core:data`, the topic (550 for an unknown one) and the topic's
-message schema (561, content-based draft §5.9.1; `schemas.py`) and hands back the `Publication`
-to append; the caller answers `ok` once the journal says it is durable.
+Publishing: `accept(...)` checks `core:data`, the topic (550 for an unknown one) and, on the
+one parse ingest makes (`ingest.py`: headers and selectable fields into the record), the topic's
+message schema (561, content-based draft §5.9.1; `schemas.py`), and hands back the
+`Publication` to append; the caller answers `ok` once the journal says it is durable.
 Forwarding does not start here: a follower reads the journal back (`broker.pubsub.follower`) and
-asks `recipients(topic)` for each record, so what subscribers get is what Kafka holds.
+asks `recipient_links_for(entry)` for each record, so what subscribers get is what Kafka holds.
 
-Subscriptions: one per (subscriber, topic); subscribing again replaces the duration (§4.5 step
-5.2). Expired ones are removed by `expire_due`, which returns them so the adapter can send each
-originator its cancel. A subscriber whose local part is `apex=pubsub/TOPIC` is a redistributing
-pubsub server (§2.4): subscribe and cancel requests for subjects in its domain are forwarded to
-it (§4.5 step 4, §4.6 step 3) instead of being applied here.
+Subscriptions (content-based §5.8): each has an id unique for its subscriber, and a subscriber
+may hold several per topic, each with or without a selector (compiled at subscribe: 566, 567).
+Subscribing again with the same selector and link renews that one (§4.5 step 5.2) under its
+id. `_table.SubscriptionTable` keeps the active ones and answers the fan-out: which
+(subscriber, link) a record goes to — once per pair, however many of its subscriptions the
+stored fields satisfy — and the InRe ids of each. A cancel names an id, a topic or neither
+(568 when nothing matches). Expired ones are removed by `expire_due`, which returns them so the
+adapter can send each originator its cancel naming the id. A subscriber whose local part is
+`apex=pubsub/TOPIC` is a redistributing pubsub server (§2.4): subscribe and cancel requests for
+subjects in its domain are forwarded to it (§4.5 step 4, §4.6 step 3) instead of being applied
+here.
 
 Every method may block on Kafka for a few milliseconds; an asyncio caller runs them in a thread.
 State shared with the delivery path is guarded by one lock.
@@ -28,16 +35,20 @@ from __future__ import annotations
 
 import heapq
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
 import structlog
 
+from broker import selectors
 from broker.core import BrokerCore
-from broker.names import SERVICE, validate_topic
+from broker.expiry import expired
+from broker.names import SERVICE, WELL_KNOWN_TOPICS, validate_topic
+from broker.pubsub import wkt
 from broker.pubsub.ingest import ingest
+from broker.pubsub.wkt import SUBSCRIPTIONS_TOPIC
 from broker.records import (
     JournalEntry,
     Publication,
@@ -47,18 +58,22 @@ from broker.records import (
     Topic,
     now_ms,
 )
-from broker.robust.linkid import default_link_id, validate_link_id
-from broker.selectors import SelectorSchema
+from broker.robust.linkid import validate_link_id
+from broker.selectors import Selector, SelectorSchema
 from common.errors import (
     AccessDenied,
+    ApexpsError,
     InvalidMessage,
     InvalidParameter,
     MessageNotConforming,
     NotTaken,
+    UnknownSubscription,
 )
 
 from . import schemas
+from ._table import Key, SubscriptionTable, link_of
 from .ingest import is_xml
+from .schemas import TopicSchemas, check_selector
 
 __all__ = [
     "MAX_DURATION_S",
@@ -72,10 +87,6 @@ log = structlog.get_logger(__name__)
 
 #: %SECONDS; of the APEX core DTD: the largest duration a subscribe may ask for.
 MAX_DURATION_S = 2_147_483_647
-#: Topics whose recipient links are kept (past it the cache starts over).
-_LINKS_KEPT = 65_536
-#: "Until" for recipient links no expiry bounds.
-_FOREVER = 1 << 62
 
 
 class AccessPolicy(Protocol):
@@ -123,17 +134,19 @@ class PubsubService:
         self.core, self.access, self.domain, self._clock = core, access, domain.lower(), clock
         self.endpoint = f"{SERVICE}@{self.domain}"
         self._lock = threading.Lock()
-        self._by_topic: dict[str, dict[str, Subscription]] = {}
-        self._expiries: list[tuple[int, str]] = []  # (expires_at, registry key), lazily pruned
-        #: topic -> (from and until when it holds, its recipient links): the fan-out asks per
-        #: message, subscriptions change rarely; every change of `_by_topic` empties it
-        self._links: dict[str, tuple[int, int, tuple[tuple[str, str], ...]]] = {}
-        #: the topic's message-schema check (§5.3), given the parsed message: raises
-        #: InvalidMessage (561). None: no check.
+        self._table = SubscriptionTable()
+        self._expiries: list[tuple[int, str, Key]] = []  # (expires_at, topic, key), lazily pruned
+        #: subscriber -> the highest numeric subscription id it was given
+        self._last_id: dict[str, int] = {}
+        #: the topic's message-schema check (§5.3), given the message parsed once at
+        #: ingest: raises MessageNotConforming (561); None: no check
         self.message_validator: Callable[[Topic, Any], None] | None = _validate_message
+        #: a compiled selector against the topic's selector schema (§5.8.1): the selector as
+        #: the subscription evaluates it (typed by the schema), or 566 / 567; None: as compiled
+        self.selector_check: Callable[[Topic, Selector], Selector] | None = _check_selector
         for sub in core.subscriptions:
             if sub.state is SubscriptionState.ACTIVE:
-                self._remember(sub)
+                self._restore(sub)
 
     def now(self) -> int:
         return self._clock()
@@ -147,6 +160,8 @@ class PubsubService:
 
     def _existing(self, topic: str) -> Topic:
         validate_topic(topic)
+        if topic in WELL_KNOWN_TOPICS:  # the service's own, always there (§6)
+            return Topic(name=topic, created_at=0, owner=self.endpoint)
         found = self.core.topics.get(topic)
         if found is None:
             raise InvalidParameter(f"topic {topic!r} does not exist")
@@ -161,7 +176,7 @@ class PubsubService:
         and then no topic."""
         self._check(originator, "pubsub:createtopic")
         validate_topic(topic)
-        if topic in self.core.topics:
+        if topic in self.core.topics or topic in WELL_KNOWN_TOPICS:
             raise InvalidParameter(f"topic {topic!r} already exists")
         message, selector = schemas.prepare(message_schema, selector_schemas,
                                             named=self.core.topics.get)
@@ -185,10 +200,13 @@ class PubsubService:
         returned so each subscriber can be told (the cancel the service may initiate)."""
         self._check(originator, "pubsub:deletetopic")
         self._existing(topic)
+        if topic in WELL_KNOWN_TOPICS:
+            raise AccessDenied(f"{topic} is a well-known topic of the service (§6)")
         self.core.topics.delete(topic)
         with self._lock:
-            ended = list(self._by_topic.pop(topic, {}).values())
-            self._links.clear()
+            ended = self._table.of_topic(topic)
+            for sub in ended:
+                self._table.remove(topic, _key(sub))
         for sub in ended:
             self._drop(sub)
         log.info("topic deleted", topic=topic, by=originator, subscriptions_ended=len(ended))
@@ -202,7 +220,8 @@ class PubsubService:
     def _redistributor(self, topic: str, subject: str) -> str | None:
         wanted = (redistributor_local(topic), _domain(subject))
         with self._lock:
-            for who in self._by_topic.get(topic, {}):
+            for sub in self._table.of_topic(topic):
+                who = sub.subscriber
                 if (_local(who), _domain(who)) == wanted and who != subject:
                     return who
         return None
@@ -210,43 +229,78 @@ class PubsubService:
     def subscribe(self, originator: str, subscriber: str, topic: str, duration_s: int,
                   trans_id: int | None = None, *, link: str | None = None,
                   claim: Callable[[], object] | None = None,
-                  activate: bool = True) -> Subscription | Forward:
+                  activate: bool = True, selector_class: str | None = None,
+                  selector: str | None = None) -> Subscription | Forward:
         """§4.5 steps 1-5: 537, 553 (unknown topic), 553 (duration ≤ 0), forward to a
         redistributor of the subject's domain, else record the subscription. `link`: the link
         its data travel on (docs/robust-binding.md §3; default: the subscriber endpoint).
+        `selector_class`/`selector` (§5.6, §5.8): 566 for a class the topic does not support,
+        567 for a selector that does not compile or does not fit the topic's selector schema.
+        The subscription gets an id unique for the subscriber; a subscriber may hold several
+        per topic, and subscribing again with the same selector and link renews that one
+        (§4.5 step 5.2) under its id.
         `claim`: runs once every check has passed and before anything is recorded — the caller
         claims the link there, so that a claim that fails records nothing and no delivery can
         reach the link before its owner's reset. `activate=False`: recorded, but the fan-out
         does not see it until the caller passes it to `activate` (a snapshot subscription: the
         caller queues the snapshot and activates in one event-loop step, robust-binding §9)."""
         self._check(originator, "pubsub:subscribe", topic)
-        self._existing(topic)
+        described = self._existing(topic)
+        if topic == SUBSCRIPTIONS_TOPIC and subscriber != originator:
+            # §6.3.1: each endpoint reads its own subscriptions, nobody another's
+            raise AccessDenied(f"{originator} may not read the subscriptions of {subscriber}")
         if duration_s <= 0:
             raise InvalidParameter(f"duration must be positive, not {duration_s}")
         if duration_s > MAX_DURATION_S:
             raise InvalidParameter(f"duration exceeds {MAX_DURATION_S} seconds")
         link_id = None if link is None else validate_link_id(link)
+        compiled = None
+        if selector_class is not None:
+            compiled = self.compile_selector(described, selector_class, selector or "")
+            selector = selector or ""
         via = self._redistributor(topic, subscriber)
         if via is not None:
             return Forward(via)
         if claim is not None:
             claim()
         now = self._clock()
-        sub = Subscription(subscriber=subscriber, subscription_id=topic, topic=topic,
+        with self._lock:
+            same = [s for s in self._table.of_topic(topic)
+                    if s.subscriber == subscriber and s.link_id == link_id
+                    and s.selector_class == selector_class and s.selector == selector]
+            sub_id = same[0].subscription_id if same else self._new_id(subscriber)
+        sub = Subscription(subscriber=subscriber, subscription_id=sub_id, topic=topic,
                            duration_s=duration_s, state=SubscriptionState.ACTIVE,
                            created_at=now, expires_at=now + duration_s * 1000,
-                           originator=originator, trans_id=trans_id, link_id=link_id)
+                           originator=originator, trans_id=trans_id, link_id=link_id,
+                           selector_class=selector_class, selector=selector)
         self.core.subscriptions.put(sub)
         self.access.grant_subscriber(topic, subscriber)
         if activate:
-            self._remember(sub)
-        log.info("subscribed", topic=topic, subscriber=subscriber, duration_s=duration_s)
+            self._remember(sub, compiled)
+        log.info("subscribed", topic=topic, subscriber=subscriber, duration_s=duration_s,
+                 subscription_id=sub_id, selector_class=selector_class)
         return sub
+
+    def compile_selector(self, topic: Topic, selector_class: str, text: str) -> Selector:
+        """`text` compiled for `topic`: 566 for a class this broker does not have or the
+        topic's selector schema does not list, 567 for a selector that does not parse or does
+        not fit the schema (`selector_check`, broker/pubsub/schemas.py)."""
+        compiled = selectors.compile(selector_class, text)
+        check = self.selector_check
+        return compiled if check is None else check(topic, compiled)
+
+    def _new_id(self, subscriber: str) -> str:
+        """The next subscription id of `subscriber` (under the lock): numbers from 1, never
+        one it holds; after a restart they go on above the highest it holds."""
+        number = self._last_id.get(subscriber, 0) + 1
+        self._last_id[subscriber] = number
+        return str(number)
 
     def activate(self, sub: Subscription) -> None:
         """Make a subscription recorded with `subscribe(..., activate=False)` visible to the
         fan-out (`recipient_links`) and to expiry."""
-        self._remember(sub)
+        self._restore(sub)
 
     def check_snapshot(self, originator: str, topic: str) -> None:
         """May `originator` have the current state of `topic`'s items (robust-binding §9)?
@@ -254,35 +308,81 @@ class PubsubService:
         for a topic this domain does not have."""
         self._check(originator, "pubsub:subscribe", topic)
         validate_topic(topic)
-        if topic not in self.core.topics:
+        if topic not in self.core.topics and topic not in WELL_KNOWN_TOPICS:
             raise NotTaken(f"no topic {topic!r} at {self.domain}")
 
-    def cancel(self, originator: str, subscriber: str, topic: str) -> Subscription | Forward | None:
-        """§4.6 steps 1-4: 537, 553 (unknown topic), forward to a redistributor of the
-        subject's domain, else stop forwarding to the subject (returns what ended, if any)."""
+    def cancel(self, originator: str, subscriber: str, topic: str | None = None,
+               subscription_id: str | None = None) -> list[Subscription] | Forward:
+        """§4.6, §5.8.2: the subject's subscription `subscription_id`; without an id, all of
+        its subscriptions to `topic`; with neither, all of its subscriptions. 537, 553 (an
+        unknown topic), forward to a redistributor of the subject's domain, 568 when nothing
+        matches; else returns what ended."""
         self._check(originator, "pubsub:cancel", topic)
-        self._existing(topic)
-        via = self._redistributor(topic, subscriber)
-        if via is not None:
-            return Forward(via)
+        if topic is not None:
+            self._existing(topic)
+            via = self._redistributor(topic, subscriber)
+            if via is not None:
+                return Forward(via)
         with self._lock:
-            sub = self._by_topic.get(topic, {}).pop(subscriber, None)
-            self._links.clear()
-        if sub is not None:
+            topics = [topic] if topic is not None else self._table.topics()
+            ended = [s for t in topics for s in self._table.of_topic(t)
+                     if s.subscriber == subscriber
+                     and (subscription_id is None or s.subscription_id == subscription_id)]
+            for sub in ended:
+                self._table.remove(sub.topic, _key(sub))
+        if not ended:
+            what = "" if subscription_id is None else f" {subscription_id}"
+            where = "" if topic is None else f" to topic {topic!r}"
+            raise UnknownSubscription(f"{subscriber} has no subscription{what}{where}")
+        for sub in ended:
             self._drop(sub)
-            log.info("cancelled", topic=topic, subscriber=subscriber, by=originator)
-        return sub
+            log.info("cancelled", topic=sub.topic, subscriber=subscriber, by=originator,
+                     subscription_id=sub.subscription_id)
+        return ended
 
-    def _remember(self, sub: Subscription) -> None:
+    def selection(self, sub: Subscription) -> Callable[[JournalEntry], bool] | None:
+        """Which entries `sub`'s selector takes, from their stored fields (its cached messages
+        and snapshot go through it, content-based §5.8); None: it has none, it takes all."""
+        if sub.selector_class is None:
+            return None
+        compiled = selectors.compile(sub.selector_class, sub.selector or "")
+        topic = self.core.topics.get(sub.topic)
+        if topic is not None and self.selector_check is not None:
+            compiled = self.selector_check(topic, compiled)
+        return lambda entry: compiled.matches_fields(entry.fields)
+
+    def _restore(self, sub: Subscription) -> None:
+        """A recorded subscription back in the table (a restart, or `activate`)."""
+        compiled = None
+        if sub.selector_class is not None:
+            try:
+                topic = self.core.topics.get(sub.topic)
+                compiled = selectors.compile(sub.selector_class, sub.selector or "")
+                if topic is not None and self.selector_check is not None:
+                    compiled = self.selector_check(topic, compiled)
+            except ApexpsError as exc:  # accepted once; refused by a stricter engine now
+                log.warning("recorded selector no longer compiles; subscription left out",
+                            subscriber=sub.subscriber, subscription_id=sub.subscription_id,
+                            error=str(exc))
+                return
+        self._remember(sub, compiled)
+
+    def _remember(self, sub: Subscription, compiled: Selector | None) -> None:
         with self._lock:
-            self._by_topic.setdefault(sub.topic, {})[sub.subscriber] = sub
-            self._links.clear()
+            self._table.add(sub, compiled)
+            if sub.subscription_id.isdigit():
+                number = int(sub.subscription_id)
+                if number > self._last_id.get(sub.subscriber, 0):
+                    self._last_id[sub.subscriber] = number
             if sub.expires_at is not None:
-                heapq.heappush(self._expiries, (sub.expires_at, sub.key))
+                heapq.heappush(self._expiries, (sub.expires_at, sub.topic, _key(sub)))
 
     def _drop(self, sub: Subscription) -> None:
         self.core.subscriptions.delete(sub.key)
-        self.access.revoke_subscriber(sub.topic, sub.subscriber)
+        with self._lock:
+            still = any(s.subscriber == sub.subscriber for s in self._table.of_topic(sub.topic))
+        if not still:  # its last subscription to the topic
+            self.access.revoke_subscriber(sub.topic, sub.subscriber)
 
     def next_expiry(self) -> int | None:
         """When (ms) the earliest subscription runs out, if any does."""
@@ -295,16 +395,15 @@ class PubsubService:
         due: list[Subscription] = []
         with self._lock:
             while self._expiries and self._expiries[0][0] <= now:
-                at, key = heapq.heappop(self._expiries)
-                subscriber, _, topic = key.partition("\x00")
-                sub = self._by_topic.get(topic, {}).get(subscriber)
+                at, topic, key = heapq.heappop(self._expiries)
+                sub = self._table.get(topic, key)
                 if sub is not None and sub.expires_at == at:  # not renewed meanwhile
-                    del self._by_topic[topic][subscriber]
-                    self._links.clear()
+                    self._table.remove(topic, key)
                     due.append(sub)
         for sub in due:
             self._drop(sub)
-            log.info("subscription expired", topic=sub.topic, subscriber=sub.subscriber)
+            log.info("subscription expired", topic=sub.topic, subscriber=sub.subscriber,
+                     subscription_id=sub.subscription_id)
         return due
 
     # --- publishing -------------------------------------------------------------------
@@ -317,8 +416,11 @@ class PubsubService:
         """§4.7.1 step 1 (550 for an unknown topic) after the `core:data` check (537).
         The keywords are what the publisher said of the message (its publish type, data item,
         permission token and own seq), journaled with it. 553 for a message that would take its
-        data item past the item store's limits (broker/robust/items.py: send an image)."""
+        data item past the item store's limits (broker/robust/items.py: send an image). 537 on
+        a well-known topic: only the service publishes there (content-based §6)."""
         self._check(originator, "core:data", topic)
+        if topic in WELL_KNOWN_TOPICS:
+            raise AccessDenied(f"{topic} is published by the service alone")
         described = self.core.topics.get(topic)
         if described is None:
             raise NotTaken(f"no topic {topic!r} at {self.domain}")
@@ -350,10 +452,17 @@ class PubsubService:
         found = schemas.TopicSchemas.of(topic).selector
         return found if found is not None and found.types else None
 
-    def entitled(self, entry: JournalEntry, subscriber: str) -> bool:
-        """May `subscriber` receive `entry`? Only its permission token (XEP-0040 §5.1) can
-        withhold it: a grant must cover the token and no deny may (broker/entitlements.py);
-        a message without a token goes to every subscriber of its topic."""
+    def entitled(self, entry: JournalEntry, subscriber: str, *, live: bool = False) -> bool:
+        """May `subscriber` receive `entry` now? Not once it has expired (broker/expiry.py;
+        `live`: the live fan-out asks, where an expiration of `0` still goes), not if its
+        permission token (XEP-0040 §5.1) is not granted to the subscriber or is denied
+        (broker/entitlements.py), and on WKT=Subscriptions only if it describes one of the
+        subscriber's own subscriptions (content-based §6.3.1)."""
+        exp = entry.expiration_date
+        if exp is not None and expired(exp, self._clock(), live=live):
+            return False
+        if entry.topic == SUBSCRIPTIONS_TOPIC and not wkt.is_own(entry, subscriber):
+            return False
         token = entry.permission_token
         return token is None or self.access.token_allowed(subscriber, token, entry.topic)
 
@@ -361,57 +470,82 @@ class PubsubService:
         """Subscribers whose subscription to `topic` is active now (§4.7.1 step 2)."""
         now = self._clock() if now is None else now
         with self._lock:
-            subs = self._by_topic.get(topic)
-            if not subs:
-                return []
-            return [who for who, s in subs.items() if s.expires_at is None or s.expires_at > now]
+            return list(dict.fromkeys(s.subscriber for s in self._table.of_topic(topic)
+                                      if s.expires_at is None or s.expires_at > now))
 
-    def recipient_links(self, topic: str, now: int | None = None) -> list[tuple[str, str]]:
-        """(subscriber, link) of each subscription to `topic` active now: where the sequenced
-        fan-out puts each message."""
-        return list(self.recipient_links_now(topic, now))
-
-    def recipient_links_now(self, topic: str, now: int | None = None,
-                            ) -> tuple[tuple[str, str], ...]:
-        """`recipient_links`, as the fan-out asks it once per message: kept per topic until
-        a subscription changes or the first of them runs out (a shared tuple: not a copy)."""
+    def recipients_for(self, entry: JournalEntry, now: int | None = None,
+                       ) -> list[tuple[str, tuple[str, ...] | None]]:
+        """Each subscriber `entry` goes to on the plain (unsequenced) path, once, with the
+        InRe ids it satisfied (None: leave InRe out)."""
         now = self._clock() if now is None else now
         with self._lock:
-            kept = self._links.get(topic)
-            if kept is not None and kept[0] <= now < kept[1]:
-                return kept[2]
-            subs = self._by_topic.get(topic)
-            if not subs:
-                return ()
-            live = [(who, s) for who, s in subs.items()
-                    if s.expires_at is None or s.expires_at > now]
-            links = tuple((who, s.link_id or default_link_id(who)) for who, s in live)
-            # Holds from `now` until the first of them runs out; what ran out before `now`
-            # stays out for any later time.
-            until = min((s.expires_at for _, s in live if s.expires_at is not None),
-                        default=_FOREVER)
-            if len(self._links) >= _LINKS_KEPT:
-                self._links.clear()
-            self._links[topic] = (now, until, links)
-            return links
+            pairs = self._table.deliveries(entry, now)
+            out: dict[str, tuple[str, ...] | None] = {}
+            for who, link in pairs:
+                ids = self._table.in_re(entry, who, link, now)
+                if who in out:  # two links of one subscriber: one data, every id
+                    ids = tuple(dict.fromkeys((*(out[who] or ()), *(ids or ()))))
+                out[who] = ids
+            return list(out.items())
+
+    def recipient_links(self, topic: str, now: int | None = None) -> list[tuple[str, str]]:
+        """(subscriber, link) of each subscription to `topic` active now."""
+        now = self._clock() if now is None else now
+        with self._lock:
+            return list(dict.fromkeys((s.subscriber, link_of(s))
+                                      for s in self._table.of_topic(topic)
+                                      if s.expires_at is None or s.expires_at > now))
+
+    def recipient_links_for(self, entry: JournalEntry, now: int | None = None,
+                            ) -> Sequence[tuple[str, str]]:
+        """(subscriber, link) of each endpoint and link `entry` goes to: its subscriptions
+        without a selector and those whose selector it satisfies, from the journal record's
+        stored fields, one pair however many it satisfies (§5.10). What the fan-out asks once
+        per message: a shared tuple for a topic without selectors (not a copy)."""
+        now = self._clock() if now is None else now
+        with self._lock:
+            return self._table.deliveries(entry, now)
+
+    def in_re(self, entry: JournalEntry, who: str, link: str, now: int | None = None,
+              ) -> tuple[str, ...] | None:
+        """The ids of `who`'s subscriptions on `link` that `entry` satisfies, for the InRe
+        option (§5.10.1); None where InRe says nothing (the pair's one plain subscription)."""
+        if self._table.quiet(entry.topic):  # asked per delivery: the common case, unlocked
+            return None
+        now = self._clock() if now is None else now
+        with self._lock:
+            return self._table.in_re(entry, who, link, now)
+
+    def wants(self, link: str, entry: JournalEntry, now: int | None = None) -> bool:
+        """Whether an active subscription travelling on `link` takes `entry` (a repair's
+        catch-up carries only those)."""
+        now = self._clock() if now is None else now
+        with self._lock:
+            return self._table.wants(link, entry, now)
 
     def link_topics(self, link: str, now: int | None = None) -> dict[str, str]:
         """Topic -> subscriber of each subscription active now that travels on `link`: what a
         source repair of the link resends (docs/robust-binding.md §5.2)."""
         now = self._clock() if now is None else now
         with self._lock:
-            return {topic: who for topic, subs in self._by_topic.items()
-                    for who, s in subs.items()
-                    if (s.link_id or default_link_id(who)) == link
-                    and (s.expires_at is None or s.expires_at > now)}
+            return {s.topic: s.subscriber for s in self._table.all()
+                    if link_of(s) == link and (s.expires_at is None or s.expires_at > now)}
 
     def links_of_subscribers(self) -> dict[str, str]:
         """Every link an active subscription travels on -> its subscriber (for heartbeats)."""
         with self._lock:
-            return {s.link_id or default_link_id(who): who
-                    for subs in self._by_topic.values() for who, s in subs.items()}
+            return {link_of(s): s.subscriber for s in self._table.all()}
 
-    def subscriptions(self, topic: str | None = None) -> list[Subscription]:
+    def subscriptions(self, topic: str | None = None,
+                      subscriber: str | None = None) -> list[Subscription]:
         with self._lock:
-            groups = [self._by_topic.get(topic, {})] if topic else list(self._by_topic.values())
-            return [s for g in groups for s in g.values()]
+            subs = self._table.of_topic(topic) if topic else list(self._table.all())
+        return [s for s in subs if subscriber is None or s.subscriber == subscriber]
+
+
+def _key(sub: Subscription) -> Key:
+    return (sub.subscriber, sub.subscription_id)
+
+
+def _check_selector(topic: Topic, selector: Selector) -> Selector:
+    return check_selector(selector, TopicSchemas.of(topic))

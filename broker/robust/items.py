@@ -10,6 +10,22 @@ a late joiner is better served with the deltas than with nothing. A message with
 message-id belongs to the topic's stream, not to any item. `reduce(state, version)` is that rule
 and nothing else (tests/robust/test_items.py checks it against a model with hypothesis).
 
+Revisions and the cache (content-based draft §5.2.1, §5.8 `cached`). The cached messages of a
+topic are this same state, not a second store: a cached message is a message-id's latest
+revision, and "the latest message per (topic, message-id), rebuilt from Kafka, served with no
+gap and no duplicate against the live stream" is exactly what the item state already is for
+images. A second store would need its own checkpoints and recovery and its own meeting point
+with the live stream, and two stores could disagree about one message-id. So a message with a
+revision-id acts as an image of its item (whatever its publish type; a drop still deletes) when
+its revision is strictly higher than the item's image's, and changes nothing otherwise: a lower
+or equal revision after a higher one is ignored (broker/expiry.py `supersedes`). A message
+whose expiration-date is `0` never enters the state. Expiry is applied when the state is read
+(`snapshot(..., now=...)`, `unexpired`): an item whose image has expired is not cached or
+snapshotted, nor is an expired delta; expired items stay in memory until they are replaced,
+dropped or their topic is deleted (a known cost: publishers that use expiring message-ids
+should reuse them). Message-ids are keyed per topic, not per publisher (the draft scopes them
+per publisher and topic): two publishers using one message-id on one topic share the item.
+
 Where state advances. `apply(entries)` runs on the live path with what the journal follower
 read back, in the order the follower hands it to the fan-out, just before the fan-out: the
 state at any moment is exactly the state of what has been forwarded. A snapshot taken in the
@@ -93,6 +109,15 @@ from broker.kafka_io import (
     watermarks,
 )
 from broker.records import JournalEntry, PublishType, RecordKind, now_ms
+from broker.robust._item_rules import (
+    DELTAS,
+    REPLACES,
+    ItemKey,
+    ItemState,
+    ItemVersion,
+    reduce,
+    unexpired,
+)
 from common.errors import ApexpsError, InvalidParameter
 
 __all__ = [
@@ -104,6 +129,7 @@ __all__ = [
     "ItemStore",
     "ItemVersion",
     "reduce",
+    "unexpired",
 ]
 
 log = structlog.get_logger(__name__)
@@ -121,11 +147,7 @@ HEADER_SCHEMA = "item_header"
 VERSION_SCHEMA = "item_version"
 MARKER_SCHEMA = "item_marker"
 
-#: (topic, message-id)
-ItemKey = tuple[str, str]
 
-_REPLACES = frozenset({PublishType.IMAGE, PublishType.ADD})
-_DELTAS = frozenset({PublishType.UPDATE, PublishType.CORRECTION})
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,53 +157,6 @@ class ItemLimits:
 
     max_deltas: int = DEFAULT_MAX_DELTAS
     max_bytes: int = DEFAULT_MAX_ITEM_BYTES
-
-
-@dataclass(frozen=True, slots=True)
-class ItemVersion:
-    """One image or delta: the journal entry and the order it was applied in."""
-
-    order: int
-    entry: JournalEntry
-
-
-@dataclass(frozen=True, slots=True)
-class ItemState:
-    """An item's current image (None until it has one) and the deltas since, in apply order;
-    `size` counts their content octets. Immutable: a checkpoint captures it by reference."""
-
-    topic: str
-    message_id: str
-    image: ItemVersion | None = None
-    deltas: tuple[ItemVersion, ...] = ()
-    size: int = 0
-
-    @property
-    def key(self) -> ItemKey:
-        return (self.topic, self.message_id)
-
-    @property
-    def versions(self) -> tuple[ItemVersion, ...]:
-        return self.deltas if self.image is None else (self.image, *self.deltas)
-
-
-def reduce(state: ItemState | None, version: ItemVersion) -> ItemState | None:
-    """The item after `version` (XEP-0040 §3.1): image/add replace it, update/correction add a
-    delta, drop deletes it (None). `snapshot` is never published; it changes nothing."""
-    entry = version.entry
-    ptype = entry.publish_type
-    if ptype in _REPLACES:
-        assert entry.message_id is not None
-        return ItemState(entry.topic, entry.message_id, version, (), len(entry.content))
-    if ptype is PublishType.DROP:
-        return None
-    if ptype not in _DELTAS:
-        return state
-    if state is None:
-        assert entry.message_id is not None
-        return ItemState(entry.topic, entry.message_id, None, (version,), len(entry.content))
-    return ItemState(state.topic, state.message_id, state.image, (*state.deltas, version),
-                     state.size + len(entry.content))
 
 
 @dataclass
@@ -331,13 +306,16 @@ class ItemStore:
             self._book.changed_many((f"{topic}\x00{mid}" for mid in gone), len(gone))
         return len(gone)
 
-    def snapshot(self, topic: str, message_id: str | None = None) -> list[JournalEntry]:
-        """Every image and delta of `topic`'s items (or of one item), in apply order."""
+    def snapshot(self, topic: str, message_id: str | None = None, *,
+                 now: int | None = None) -> list[JournalEntry]:
+        """Every image and delta of `topic`'s items (or of one item), in apply order; with
+        `now`, only what has not expired by then (`unexpired`): the cached messages."""
         with self._lock:
             by_id = self._items.get(topic, {})
             states = list(by_id.values()) if message_id is None else [
                 s for s in (by_id.get(message_id),) if s is not None]
-            versions = [v for s in states for v in s.versions]
+            versions = [v for s in states
+                        for v in (s.versions if now is None else unexpired(s, now))]
         versions.sort(key=attrgetter("order"))
         return [v.entry for v in versions]
 
@@ -355,12 +333,12 @@ class ItemStore:
         """553 if a message of `size` octets would take its item past the limits (see the
         module docstring): the publisher should send an image."""
         lim = self.limits
-        if publish_type in _REPLACES:
+        if publish_type in REPLACES:
             if size > lim.max_bytes:
                 raise InvalidParameter(f"an image of {size} octets exceeds the {lim.max_bytes}"
                                        " an item may hold")
             return
-        if publish_type not in _DELTAS:
+        if publish_type not in DELTAS:
             return
         state = self._items.get(topic, {}).get(message_id)
         if state is None:

@@ -53,7 +53,7 @@ _ops: st.SearchStrategy[PubsubOperation] = st.one_of(
     st.builds(Subscribe, _who.map(Endpoint.parse), _topics, _ids,
               st.integers(-2_147_483_647, 2_147_483_647),
               st.none() | st.sampled_from(["desk-1", "fred@example.com", "a <&>'\" b"]),
-              st.booleans(), st.none() | st.integers(1, 4096)),
+              st.booleans(), st.none() | st.integers(1, 4096), st.booleans()),
     st.builds(Cancel, _topics, _ids, st.none() | _who.map(Endpoint.parse)),
     st.builds(Reply, st.integers(100, 999), st.none() | _ids,
               st.text("abc <&>'\"xyz", max_size=20).map(str.strip)),
@@ -110,3 +110,15 @@ def test_a_subscribe_batch_out_of_range_is_501(batch: str) -> None:
     with pytest.raises(ParameterSyntaxError):
         decode_pubsub(f"<subscribe subscriber='a@b.c' topic='t' duration='5' transID='1'"
                       f" batch='{batch}' />".encode())
+
+
+@pytest.mark.parametrize(("value", "cached"), [("true", True), ("yes", True), ("false", True),
+                                                (" x ", True), ("", False), ("  ", False)])
+def test_cached_is_any_non_empty_value(value: str, cached: bool) -> None:
+    """Content-based §5.8: "the cached attribute ... with a non-empty value" asks for the
+    cached messages; absent or empty, only new ones."""
+    doc = (f"<subscribe subscriber='jade@example.com' topic='equity.quote.service'"
+           f" duration='86400' transID='700' cached='{value}' />").encode()
+    assert decode_pubsub(doc).cached is cached  # type: ignore[union-attr]
+    plain = doc.replace(f" cached='{value}'".encode(), b"")
+    assert decode_pubsub(plain).cached is False  # type: ignore[union-attr]

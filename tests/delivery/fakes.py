@@ -132,20 +132,36 @@ class FakeLinkLog:
         return LinkHead(link, r.epoch, r.link_seq, r.ordinal, r.epoch_start, r.bits, None)
 
 
+def _every(_entry: JournalEntry) -> bool:
+    return True
+
+
 @dataclass
 class FakeRoutes:
-    """topic -> {subscriber: link}; `denied`: (subscriber, token) pairs not entitled."""
+    """topic -> {subscriber: link}; `denied`: (subscriber, token) pairs not entitled;
+    `selects`: (topic, subscriber) -> which entries its subscription selects (default: all)."""
 
     subs: dict[str, dict[str, str]] = field(default_factory=dict)
     denied: set[tuple[str, str]] = field(default_factory=set)
+    selects: dict[tuple[str, str], Callable[[JournalEntry], bool]] = field(default_factory=dict)
 
-    def subscribe(self, who: str, topic: str, link: str) -> None:
+    def subscribe(self, who: str, topic: str, link: str,
+                  select: Callable[[JournalEntry], bool] | None = None) -> None:
         self.subs.setdefault(topic, {})[who] = link
+        if select is not None:
+            self.selects[(topic, who)] = select
 
     def recipient_links_now(self, topic: str) -> Sequence[tuple[str, str]]:
         return tuple(self.subs.get(topic, {}).items())
 
-    def entitled(self, entry: JournalEntry, subscriber: str) -> bool:
+    def recipient_links_for(self, entry: JournalEntry) -> Sequence[tuple[str, str]]:
+        return tuple((who, link) for who, link in self.subs.get(entry.topic, {}).items()
+                     if self.selects.get((entry.topic, who), _every)(entry))
+
+    def wants(self, link: str, entry: JournalEntry) -> bool:
+        return any(lk == link for _, lk in self.recipient_links_for(entry))
+
+    def entitled(self, entry: JournalEntry, subscriber: str, *, live: bool = False) -> bool:
         token = entry.permission_token
         return token is None or (subscriber, token) not in self.denied
 

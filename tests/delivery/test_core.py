@@ -296,3 +296,39 @@ class TestWrap:
             rig.settle_all()
         assert [seq for _, seq, _, _ in rig.data_on("fred-l")] == [1, 2, 3, 1, 2]
         check_all(rig)
+
+
+class TestSelection:
+    """Selection is the Routes' (over stored fields); the core gives a seq only to what a
+    link's subscriptions select, so a selecting link stays contiguous."""
+
+    @staticmethod
+    def _odd(e: object) -> bool:
+        return getattr(e, "source_seq", 0) % 2 == 1
+
+    def test_a_message_the_selector_does_not_take_takes_no_link_seq(self) -> None:
+        rig = Rig()
+        rig.subscribe(FRED, T, "fred-l")
+        rig.core.claimed(BARNEY, rig.links.claim("barney-l", BARNEY))
+        rig.routes.subscribe(BARNEY, T, "barney-l", select=self._odd)
+        for _ in range(6):
+            rig.core.forward([rig.publish(T, "pub")])
+        rig.settle_all()
+        assert [(seq, s) for _, seq, _, s in rig.data_on("fred-l")] == \
+            [(k, k) for k in range(1, 7)]
+        assert [(seq, s) for _, seq, _, s in rig.data_on("barney-l")] == [(1, 1), (2, 3), (3, 5)]
+        check_all(rig)
+
+    def test_a_repair_catch_up_carries_only_what_the_link_selects(self) -> None:
+        rig = Rig()
+        rig.core.claimed(BARNEY, rig.links.claim("barney-l", BARNEY))
+        rig.routes.subscribe(BARNEY, T, "barney-l", select=self._odd)
+        for _ in range(6):
+            rig.core.forward([rig.publish(T, "pub")])
+        rig.settle_all()
+        rig.core.repair(RepairJob("barney-l", 3, BARNEY, (("pub", 1),)))
+        rig.answer_reads()
+        rig.settle_all()
+        assert [(ep, s) for ep, _, _, s in rig.data_on("barney-l")] == \
+            [(0, 1), (0, 3), (0, 5), (1, 3), (1, 5)]
+        check_all(rig)

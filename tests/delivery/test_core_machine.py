@@ -176,7 +176,7 @@ class DeliveryMachine(RuleBasedStateMachine):
         for e in rig.journal:
             if e.position.offset >= mark.get(e.position.partition, 0):
                 continue
-            for who, link in rig.routes.recipient_links_now(e.topic):
+            for who, link in rig.routes.recipient_links_for(e):
                 if rig.routes.entitled(e, who):
                     assert (link, e.position) in settled, f"mark {mark} passed {e} on {link}"
 

@@ -114,13 +114,17 @@ def test_a_clean_history_audits_clean(history: KafkaConfig, tmp_path: Path,
         "wilma@example.com/q.b": ("wilma@example.com", PER_PUBLISHER, PER_PUBLISHER, 0, 0, 0),
     }
     assert subs["jade@example.com/q.a"]["latency_ms"]["max"] >= 0
+    # (the broker's own source, apex=pubsub@example.com, publishes the well-known topics)
+    assert all(v["findings"] == 0 for v in summary["per_source"].values())
     assert {s: (v["first"], v["last"], v["messages"], v["findings"])
-            for s, v in summary["per_source"].items()} == {
+            for s, v in summary["per_source"].items()
+            if s in ("ann@example.com", "bob@example.com")} == {
         "ann@example.com": (1, PER_PUBLISHER, PER_PUBLISHER, 0),
         "bob@example.com": (1, PER_PUBLISHER, PER_PUBLISHER, 0)}
     total = 4 * PER_PUBLISHER
     assert summary["decisions"] == {"total": total, "reconciled": total, "fraction": 1.0}
     assert "acknowledgements" in summary["note"]
+    assert (tmp_path / "report.html").is_file()
 
     table = json.loads((tmp_path / "message.json").read_text())["rows"]
     view = {r["subscription"]: (r["entitled"], r["why_not"], r["carried"], r["link_seq"] is None)
@@ -209,6 +213,94 @@ def test_a_journal_record_removed_without_a_gap_is_one_source_hole(history: Kafk
     assert code == 1
     assert _what(findings) == [("source_hole", None, "bob@example.com", 7, None)]
     assert summary["per_source"]["bob@example.com"]["findings"] == 1
+
+
+def _new_epoch_carrying(items: list[audit_copy.Item], link: str, message: dict[str, Any],
+                        ) -> None:
+    """Append to `link` a RESET and one DATA record carrying `message` (another link's record
+    of it) in a new epoch: order and duplicates start afresh there, so only the delivery itself
+    is judged."""
+    last = max((r for item in items for r in item[3] or [] if r["link"] == link),
+               key=lambda r: r["ordinal"])
+    n, epoch = last["ordinal"], last["epoch"] + 1
+    base = {**last, "epoch": epoch, "epoch_start": n + 1, "snapshot": False}
+    reset = {**base, "ordinal": n + 1, "kind": "RESET", "journal_partition": None,
+             "journal_offset": None, "source": None, "source_seq": None,
+             "owner": last["owner"] or link}
+    data = {**base, "ordinal": n + 2, "kind": "DATA", "owner": None,
+            **{k: message[k] for k in ("journal_partition", "journal_offset", "source",
+                                       "source_seq")}}
+    p, _, ts, _ = items[-1]
+    items.append([p, link.encode(), ts, [reset, data]])
+
+
+def _carrying(items: list[audit_copy.Item], link: str, source: str, seq: int,
+              ) -> dict[str, Any]:
+    return next(r for r in _link_records(items, link)
+                if (r["source"], r["source_seq"]) == (source, seq))
+
+
+def test_a_denied_message_on_the_link_is_withheld_delivered(history: KafkaConfig,
+                                                            links: list[audit_copy.Item],
+                                                            tmp_path: Path) -> None:
+    """ann's seq 2 carries 6747, which jade is denied: on jade's link it is one finding."""
+    denied = _carrying(links, "fred-l", "ann@example.com", 2)
+
+    def edit(role: str, items: list[audit_copy.Item]) -> list[audit_copy.Item]:
+        if role == "links":
+            _new_epoch_carrying(items, "jade-l", denied)
+        return items
+
+    code, _, findings = _audit(_copy(history, edit), tmp_path)
+    assert code == 1
+    assert _what(findings) == [("withheld_delivered", "jade-l", "ann@example.com", 2, 1)]
+
+
+def test_a_message_on_a_link_without_its_topic_is_extra(history: KafkaConfig,
+                                                        links: list[audit_copy.Item],
+                                                        tmp_path: Path) -> None:
+    """wilma subscribes to q.b only: ann's seq 3 (q.a) on her link is one finding."""
+    stray = _carrying(links, "fred-l", "ann@example.com", 3)
+
+    def edit(role: str, items: list[audit_copy.Item]) -> list[audit_copy.Item]:
+        if role == "links":
+            _new_epoch_carrying(items, "wilma@example.com", stray)
+        return items
+
+    code, _, findings = _audit(_copy(history, edit), tmp_path)
+    assert code == 1
+    assert _what(findings) == [("extra", "wilma@example.com", "ann@example.com", 3, 1)]
+
+
+def test_a_delivery_the_selector_rejects_is_a_decision_mismatch(history: KafkaConfig,
+                                                                links: list[audit_copy.Item],
+                                                                tmp_path: Path) -> None:
+    """wilma's subscription given the selector `k IS NULL`, and bob's seq 5 the field k: her
+    link carried a message her selector rejects (fred, with no selector, still wanted it)."""
+    codec = default_codec()
+    carried = _carrying(links, "wilma@example.com", "bob@example.com", 5)
+
+    def edit(role: str, items: list[audit_copy.Item]) -> list[audit_copy.Item]:
+        for item in items:
+            if item[3] is None:
+                continue
+            if role == "subscriptions":
+                _, rec = codec.decode(item[3])
+                if rec["subscriber"] == "wilma@example.com":
+                    item[3] = codec.encode("subscription_record", {
+                        **rec, "selector_class": "JMS", "selector": "k IS NULL"})
+            elif role == "journal":
+                _, rec = codec.decode(item[3])
+                if (rec["source"], rec["source_seq"]) == ("bob@example.com", 5):
+                    item[3] = codec.encode("journal_record", {**rec, "fields": {"k": ["1"]}})
+        return items
+
+    code, summary, findings = _audit(_copy(history, edit), tmp_path)
+    assert code == 1
+    assert _what(findings) == [("decision_mismatch", "wilma@example.com", "bob@example.com", 5,
+                                _seq(carried))]
+    assert findings[0]["subscription"] == "wilma@example.com/q.b"
+    assert summary["per_subscription"]["wilma@example.com/q.b"]["expected"] == PER_PUBLISHER - 1
 
 
 def test_unknown_topic_and_empty_window_are_clean_empty_audits(history: KafkaConfig,

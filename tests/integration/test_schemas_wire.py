@@ -150,16 +150,18 @@ async def _create_and_publish(config: KafkaConfig, tmp: Path) -> None:
         await fred.subscribe("equity.quote.eu", 600)
         events = fred.events()
         before = _journal_size(config)
-        for bad, why in ((quote("ten"), "net-change-pct"),
-                         (quote("1.0").replace(b" symbol='XMPL'", b""), "symbol"),
-                         (b"<equity-trade/>", "equity-trade"),
-                         (b"not XML at all", "well-formed")):
+        xml = "application/beep+xml"
+        for bad, kind, why in ((quote("ten"), xml, "net-change-pct"),
+                               (quote("1.0").replace(b" symbol='XMPL'", b""), xml, "symbol"),
+                               (b"<equity-trade/>", xml, "equity-trade"),
+                               (b"not XML at all", xml, "well-formed"),
+                               (quote("1.0"), "text/plain", "messages are XML")):
             with pytest.raises(InvalidMessage, match=why) as caught:
-                await admin.publish("equity.quote.eu", bad, "application/beep+xml")
+                await admin.publish("equity.quote.eu", bad, kind)
             assert caught.value.code == 561
         await broker.logged("publication refused", topic="equity.quote.eu", code=561)
         refusals = [r for r in broker.records if r.get("event") == "publication refused"]
-        assert len(refusals) == 4, "one log line per refused publication"
+        assert len(refusals) == 5, "one log line per refused publication"
         assert _journal_size(config) == before, "a refused publication reached the journal"
         # the broker serves on: a conforming quote is journaled and delivered
         await admin.publish("equity.quote.eu", quote("7.5"), "application/beep+xml")
