@@ -253,8 +253,8 @@ async def _websocket(request: web.Request) -> web.WebSocketResponse:
         while (item := await stream.get()) is not None:
             seq, event = item
             data = event.decode().split("data: ", 1)[1].strip()
-            if seq == CONTROL:  # a reset: the subscription's seqs start again
-                await ws.send_str(f'{{"reset":{data},"id":"{feed.id}"}}')
+            if seq == CONTROL:  # a reset or the end: {"control": {"reset"|"end": …}}
+                await ws.send_str(f'{{"control":{data},"id":"{feed.id}"}}')
             else:
                 await ws.send_str(f'{{"delivery":{data},"seq":{seq}}}')
         if stream.closed == "slow reader":

@@ -155,6 +155,26 @@ def test_delete_cancels_the_subscription_and_ends_its_streams(kafka_config: Kafk
     run(body())
 
 
+def test_the_broker_ending_the_subscription_ends_its_streams(kafka_config: KafkaConfig) -> None:
+    """The topic is deleted: the broker cancels the subscription (draft §4.3), the stream
+    gets `event: end` and closes, and the id is gone (404)."""
+    async def body() -> None:
+        async with bench(kafka_config) as b:
+            await b.pub.create_topic("g.end")
+            sub = await b.subscribe("g.end")
+            reader = await b.stream(sub)
+            await b.publish("g.end", 0, 1)
+            await take(reader, 1)
+            await b.pub.delete_topic("g.end")
+            end = await asyncio.wait_for(reader.next(), 60)
+            assert end is not None and end.event == "end" and end.id is None
+            assert await asyncio.wait_for(reader.next(), 60) is None
+            assert sub["id"] not in b.gateway.feeds.feeds
+            async with b.http.get(sub["events"]) as r:
+                assert r.status == 404
+    run(body())
+
+
 def test_websocket_subscribes_delivers_and_cancels(kafka_config: KafkaConfig) -> None:
     """On /ws: subscribe answers `subscribed` with the id, deliveries follow as JSON with
     their link seq, a bad operation is an error naming the field and changes nothing, cancel
