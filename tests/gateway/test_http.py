@@ -34,8 +34,8 @@ def run(body: Coroutine[Any, Any, None]) -> None:
 
 
 async def _refused(r: aiohttp.ClientResponse, status: int, field: str | None = None) -> str:
+    assert r.status == status, r.headers  # first: a stream that was not refused never ends
     body = await r.json()
-    assert r.status == status, body
     assert body.get("field") == field, body
     return str(body["error"])
 
