@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,15 @@ def test_refusals_are_json_with_the_status_and_field(kafka_config: KafkaConfig,
     run(body())
 
 
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
 def _quote(symbol: str, pct: float) -> bytes:
     return (f"<ps:message-content xmlns:ps='http://www.example.com/pubsub'><ps:content>"
             f"<equity-quote symbol='{symbol}'><net-change-pct>{pct}</net-change-pct>"
@@ -120,11 +130,19 @@ def test_oversized_body_is_413_and_oversized_headers_431(kafka_config: KafkaConf
             url = f"{b.url}/subscriptions"
             async with b.http.post(url, data=b'{"topic": "' + b"x" * 2000 + b'"}') as r:
                 assert r.status == 413
-            async with b.http.get(f"{b.url}/topics", headers={"X-Big": "y" * 600}) as r:
-                assert r.status == 431
-            many = {f"X-H{k}": "1" for k in range(30)}
-            async with b.http.get(f"{b.url}/topics", headers=many) as r:
-                assert r.status == 431
+            aiohttp_log = _Records()
+            logging.getLogger("aiohttp").addHandler(aiohttp_log)
+            with capture_logs() as logs:
+                async with b.http.get(f"{b.url}/topics", headers={"X-Big": "y" * 600}) as r:
+                    assert r.status == 431
+                many = {f"X-H{k}": "1" for k in range(30)}
+                async with b.http.get(f"{b.url}/topics", headers=many) as r:
+                    assert r.status == 431
+            logging.getLogger("aiohttp").removeHandler(aiohttp_log)
+            # one line each, ours; no parser traceback from aiohttp
+            refusals = [e for e in logs if e["event"].startswith("gateway refused")]
+            assert [e["status"] for e in refusals] == [431, 431]
+            assert [r for r in aiohttp_log.records if r.exc_info] == []
             async with b.http.get(f"{b.url}/topics") as r:
                 assert r.status == 200 and "g.big" in (await r.json())["topics"]
     run(body())
