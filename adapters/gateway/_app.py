@@ -157,7 +157,8 @@ async def _topics(request: web.Request) -> web.Response:
     who = request.app[_AUTH](request)
     feeds = request.app[_FEEDS]
     try:
-        client = await feeds.connect(feeds.endpoint(who.user, "topics"), who)
+        # a session of its own per request: two at once must not attach one endpoint twice
+        client = await feeds.connect(feeds.endpoint(who.user, f"t{secrets.token_hex(4)}"), who)
     except ApexpsError as exc:
         raise HttpError(503, f"the broker is unavailable: {exc}") from None
     except OSError as exc:
