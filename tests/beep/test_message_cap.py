@@ -133,6 +133,21 @@ def test_the_cap_itself_is_delivered() -> None:
     assert events == [MessageReceived(1, 0, "application/octet-stream", payload[2:])]
 
 
+def test_what_was_kept_is_let_go() -> None:
+    """The frame that takes a MSG over the cap frees what was kept of it, and later frames add
+    nothing: the memory is not held until the MSG ends."""
+    pair = _opened()
+    listener = pair.listener
+    payload = b"\r\n" + b"w" * 2998
+    wire = _frames(0, 0, payload, [800, 1600, 2400])
+    ends = [m.end() for m in re.finditer(rb"END\r\n", wire)]
+    held = []
+    for lo, hi in pairwise([0, *ends]):
+        listener.receive_data(wire[lo:hi])
+        held.append(listener.held_msg_bytes)
+    assert held == [800, 0, 0, 0]
+
+
 def test_the_sender_gets_the_err_and_goes_on() -> None:
     """Over a real pair (the initiator's own framing, SEQ flow control both ways): the
     initiator's MSG over the listener's cap comes back as an ERR with the `error` element, and
