@@ -20,11 +20,12 @@ the publishers, subscribers and links, each source's seq range and each link's D
 key, value, headers and timestamp; NS2's topics are created with NS's partition counts and
 cleanup policy) and changes only what it is told to:
 - `--remove-link L:SEQ`: link L's DATA record of link seq SEQ is left out (expected finding:
-  `missing` on link L, seq SEQ);
+  `missing`, on link L, of the message it carried);
 - `--dup-link L:SEQ`: that record is written twice, the copy right after it in its pack
   (`duplicate`);
-- `--swap-link L:A:B`: the records of link seqs A and B exchange places in the log (`reorder`
-  of each seq from A to B-1, logged after a higher one: one finding when B = A + 1);
+- `--swap-link L:A:B`: the DATA records of link seqs A and B exchange places in the log
+  (`reorder` of every delivery from A up to B, each logged after a later one: one finding when
+  no delivery lies between them);
 - `--remove-journal S:SEQ`, `--dup-journal S:SEQ`, `--swap-journal S:A:B`: the same on source
   S's journal records (`source_hole`, `source_duplicate`, `source_order`). The journal is
   written without GAP records for what was removed.
@@ -279,14 +280,12 @@ class Damage:
         seqs = (int(m[2]), int(m[3])) if swap else (int(m[2]),)
         return cls(kind, m[1], seqs, int(m[4]) if m[4] else None)
 
-    def expected(self) -> list[dict[str, Any]]:
-        """The findings a correct audit reports for this damage (and nothing else)."""
-        where = "link" if self.kind.endswith("link") else "source"
-        seq = "link_seq" if where == "link" else "source_seq"
-        # Swapping A < B logs B, A+1, ..., B-1, A: each of A..B-1 comes after a higher seq
-        # (so adjacent seqs give one finding, at A).
-        seqs = range(min(self.seqs), max(self.seqs)) if len(self.seqs) == 2 else self.seqs
-        return [{"category": CATEGORY[self.kind], where: self.target, seq: n} for n in seqs]
+    def finding(self, source: str | None, source_seq: int | None,
+                link_seq: int | None) -> dict[str, Any]:
+        """One finding a correct audit makes of this damage, in the findings' own columns."""
+        return {"category": CATEGORY[self.kind],
+                "link": self.target if self.kind.endswith("link") else None,
+                "source": source, "source_seq": source_seq, "link_seq": link_seq}
 
 
 def _apply(items: list[tuple[int, Any]], edits: list[tuple[str, list[int]]],
@@ -330,8 +329,11 @@ def _journal_copy(records: list[_Rec], damages: list[Damage],
         found = [where[d.target, s] for s in d.seqs]
         p = found[0][0]  # a source's records are all in one partition
         edits[p].append((d.kind, [i for _, i in found]))
+        # A swap of A < B logs B, A+1, ..., B-1, A: each of A..B-1 follows a higher seq.
+        seqs = range(min(d.seqs), max(d.seqs)) if d.kind.startswith("swap") else d.seqs
         hits.append({"journal_partition": p,
-                     "journal_offsets": [by_part[p][i].offset for _, i in found]})
+                     "journal_offsets": [by_part[p][i].offset for _, i in found],
+                     "expected": [d.finding(d.target, n, None) for n in seqs]})
     out: list[_Rec] = []
     offsets: dict[tuple[int, int], int] = {}
     for p, recs in sorted(by_part.items()):
@@ -381,7 +383,8 @@ def _links_copy(records: list[_Rec], damages: list[Damage],
         edits[found[0][0]].append((d.kind, [j for _, j, _ in found]))
         hits.append({"epoch": found[0][2]["epoch"],
                      "carried": [{"source": rec["source"], "source_seq": rec["source_seq"],
-                                  "ordinal": rec["ordinal"]} for _, _, rec in found]})
+                                  "ordinal": rec["ordinal"]} for _, _, rec in found],
+                     "expected": _link_expected(d, [rec for _, _, rec in found], slots)})
     out: list[_Rec] = []
     for p, recs in sorted(by_part.items()):
         packs: dict[int, list[dict[str, Any] | None]] = defaultdict(list)
@@ -401,6 +404,25 @@ def _links_copy(records: list[_Rec], damages: list[Damage],
                 value = codec.encode("link_batch", {"records": recs_out})
             out.append(_Rec(r.partition, r.offset, r.key, value, r.timestamp, r.headers))
     return out, hits
+
+
+def _link_expected(d: Damage, found: list[dict[str, Any]],
+                   slots: dict[int, list[tuple[int, dict[str, Any] | None]]],
+                   ) -> list[dict[str, Any]]:
+    """What the audit reports of a link damage: a removed delivery is a message missing (it has
+    no link seq: the link did not carry it); a copy is a duplicate at its seq; a swap of A < B
+    logs B first, so every delivery from A up to (not including) B comes after a later one."""
+    one = found[0]
+    if d.kind.startswith("remove"):
+        return [d.finding(one["source"], one["source_seq"], None)]
+    if d.kind.startswith("dup"):
+        return [d.finding(one["source"], one["source_seq"], _link_seq(one))]
+    low, high = sorted(rec["ordinal"] for rec in found)
+    return [d.finding(rec["source"], rec["source_seq"], _link_seq(rec))
+            for ss in slots.values() for _, rec in ss
+            if rec is not None and rec["link"] == d.target and rec["kind"] == "DATA"
+            and not rec.get("snapshot") and rec["epoch"] == one["epoch"]
+            and low <= rec["ordinal"] < high]
 
 
 def _repoint(rec: dict[str, Any], offsets: dict[tuple[int, int], int]) -> dict[str, Any]:
@@ -435,11 +457,12 @@ def copy_damaged(bootstrap: str, source_ns: str, target_ns: str,
     hits = iter([*journal_hits, *link_hits])
     ordered = [d for d in damages if d.kind.endswith("journal")] + \
         [d for d in damages if d.kind.endswith("link")]
+    damage = [{"kind": d.kind, "target": d.target, "seqs": list(d.seqs), **next(hits)}
+              for d in ordered]
     return {
         "from": source_ns, "to": target_ns, "copied": copied,
-        "damage": [{"kind": d.kind, "target": d.target, "seqs": list(d.seqs), **next(hits),
-                    "expected": d.expected()} for d in ordered],
-        "expected": [f for d in ordered for f in d.expected()],
+        "damage": damage,
+        "expected": [f for one in damage for f in one["expected"]],
     }
 
 

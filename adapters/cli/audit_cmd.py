@@ -116,7 +116,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         from adapters.local.spark import local_session
 
-        spark = local_session(app_name="apexps-audit", master=args.master)
+        spark = local_session(app_name="apexps-audit", master=args.master,
+                              conf={"spark.ui.showConsoleProgress": "false"})
     except Exception as exc:  # Py4J/JVM start failures have no common type
         return _fail(f"cannot start Spark at {args.master}: {str(exc).splitlines()[0]}",
                      EXIT_UNREACHABLE)

@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "adapters.cli.pubsub_cmd",
     "adapters.cli.security",
     "adapters.cli.audit_cmd",
+    "adapters.cli.gateway_cmd",
 )
 
 #: Exit codes: 0 success, 1 the operation failed (the peer or Kafka said no), 2 bad usage or

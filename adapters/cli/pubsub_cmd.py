@@ -301,7 +301,8 @@ async def _subscribe(args: argparse.Namespace) -> int:
     try:
         ids: dict[str, list[str]] = {}
         for topic in args.topic:
-            sub_id = await client.subscribe(topic, args.duration, selector=args.selector,
+            sub_id = await client.subscribe(topic, args.duration, cached=args.cached,
+                                            selector=args.selector,
                                             selector_class=args.selector_class)
             _subscribed(topic, args.duration, sub_id, args, ids=ids)
         active, seen = set(args.topic), 0
@@ -342,6 +343,7 @@ async def _subscribe_robust(args: argparse.Namespace) -> int:
         try:
             for topic in args.topic:
                 sub_id = await robust.subscribe(topic, args.duration, snapshot=args.snapshot,
+                                                cached=args.cached,
                                                 selector=args.selector,
                                                 selector_class=args.selector_class)
                 _subscribed(topic, args.duration, sub_id, args, ids=ids, link=robust.link)
@@ -484,6 +486,10 @@ def register(sub: Any) -> None:
     subs.add_argument("--selector", metavar="EXPR",
                       help="only the messages this selector matches (draft-content §5.6),"
                            " e.g. \"symbol IN ('XMPL', 'TEST') AND net-change-pct > 5.0\"")
+    subs.add_argument("--cached", action="store_true",
+                      help="first the topic's cached messages (per message-id its latest"
+                           " unexpired revision, through --selector), then live ones"
+                           " (draft-content §5.8)")
     subs.add_argument("--class", dest="selector_class", default="JMS",
                       choices=[c.value for c in SelectorClass],
                       help="the selector's class (default: %(default)s)")

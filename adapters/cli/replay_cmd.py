@@ -14,10 +14,11 @@ Output: jsonl (default) is one JSON object per message, in order; its `content` 
 the bytes are UTF-8, else base64 with `"content_encoding": "base64"`. parquet is a directory
 of Parquet files (typed columns, content as bytes), which must not exist or be empty.
 
-Whose view: by default every message of the topic (the journal's view), each with its
-permission token. `--as ENDPOINT` replays what that endpoint is entitled to receive under the
-permission-token grants and denies in the access registry now. Expired messages are replayed:
-the live broker delivers them too.
+Whose view: by default every message of the topic the broker sent on (the journal's view, less
+what had expired when it was published), each with its permission token. `--as ENDPOINT`
+replays what that endpoint is entitled to receive under the permission-token grants and denies
+in the access registry now. `--include-expired` keeps the messages that had expired when
+published, which no subscriber was sent.
 
 Exit codes: 0 done (also when the window holds no message: the log says it is empty), 1 the
 Spark job failed, 2 bad usage (a bad selector prints the 567 reason and where; a bad --from or
@@ -86,6 +87,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     what.add_argument("--as", dest="viewer", metavar="ENDPOINT",
                       help="only what ENDPOINT is entitled to receive under the permission-"
                            "token grants and denies in the access registry")
+    what.add_argument("--include-expired", action="store_true",
+                      help="also the messages that had expired when published (never sent)")
     out = p.add_argument_group("output")
     out.add_argument("--out", required=True, type=Path, metavar="PATH",
                      help="a file (jsonl) or a new directory (parquet)")
@@ -310,7 +313,7 @@ def _replay(args: argparse.Namespace, config: KafkaConfig, selector: selectors.S
         if args.viewer is not None:  # no journal, no messages: no access registry to read
             tokens = [] if note else _viewer_tokens(config, journal, args.topic, args.viewer)
         df = replay(journal, topic=args.topic, selector=selector, source=args.source,
-                    after=args.after, tokens=tokens)
+                    after=args.after, tokens=tokens, include_expired=args.include_expired)
         progress.stage(f"writing {args.format}", out=str(args.out))
         count = (_write_jsonl(df, args.out, progress) if args.format == "jsonl"
                  else _write_parquet(df, args.out))

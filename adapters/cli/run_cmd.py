@@ -15,6 +15,7 @@ from adapters import speedups
 from adapters.cli import heap
 from adapters.cli import loop as event_loop
 from adapters.cli.client_cmd import DEFAULT_APEX_PORT
+from adapters.cli.gateway_cmd import add_gateway_options
 from adapters.cli.paths import default_data_dir
 from adapters.cli.security import add_server_options, server_security
 from broker.kafka_io import KafkaConfig
@@ -86,9 +87,20 @@ async def _serve_async(args: argparse.Namespace, config: KafkaConfig,
                     redistribute=args.redistribute, security=security,
                     robust=RobustConfig(heartbeat_ms=args.heartbeat_ms))
     await app.start()
+    gateway = None
+    if args.gateway is not None:
+        from adapters.cli.gateway_cmd import build_gateway
+
+        # The gateway's feeds are this broker's clients on loopback; with --users, HTTP Basic
+        # users are checked against the same file and their sessions authenticate as them.
+        gateway = build_gateway(args, (app.host, app.port), (host, args.gateway), app.domain,
+                                broker_sasl=bool(args.users), broker_tls=None)
+        await gateway.start()
     heap.settle()
     try:
         print(f"apex: {app.host}:{app.port} (domain {app.domain})", flush=True)
+        if gateway is not None:
+            print(f"gateway: {gateway.url}/", flush=True)
         assert app.report is not None
         log.info("broker ready; Ctrl-C stops it", bootstrap=config.bootstrap,
                  listen=f"{app.host}:{app.port}", domain=app.domain,
@@ -97,6 +109,8 @@ async def _serve_async(args: argparse.Namespace, config: KafkaConfig,
         await stop.wait()
     finally:
         log.info("broker stopping")
+        if gateway is not None:
+            await gateway.close()
         await app.close()
         log.info("broker stopped")
     return 0
@@ -160,6 +174,10 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="access entries to load at start (XML, see `apexps access --help`);"
                         " without it every endpoint of --domain may do everything")
     add_server_options(p)
+    p.add_argument("--gateway", type=int, default=None, metavar="PORT",
+                   help="also serve the web gateway (docs/gateway.md) on this port of the"
+                        " --listen host")
+    add_gateway_options(p)
 
 
 def register(sub: Any) -> None:

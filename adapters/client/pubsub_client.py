@@ -362,6 +362,11 @@ class PubsubClient:
         this client awaits. One listener per link; a second one replaces the first."""
         self._links[link] = listener
 
+    def link_listener(self, link: str) -> LinkListener | None:
+        """Who `listen_link` hands `link`'s traffic to now (None: `events()`), so that a
+        listener can be put in front of another (the web gateway's gap fills do)."""
+        return self._links.get(link)
+
     def unlisten_link(self, link: str) -> None:
         """Stop `listen_link`; the link's traffic goes to `events()` again."""
         self._links.pop(link, None)

@@ -219,16 +219,20 @@ class RobustSubscriber:
                    tick_interval=tick_interval)
 
     async def subscribe(self, topic: str, duration: int = 3600, *,
-                        snapshot: bool = False, selector: str | None = None,
+                        snapshot: bool = False, cached: bool = False,
+                        selector: str | None = None,
                         selector_class: str = "JMS") -> str | None:
         """Subscribe to `topic` with this link (again, after a restart: it renews the
         subscription the broker kept); returns its subscription id. `snapshot`: the link
         first carries the current state of the topic's data items (robust-binding §9; the
         stub delivers those copies as they come, without its duplicate check). `selector`:
         the link carries only the messages it matches, still contiguous (draft-content §5.6;
-        `stamp.in_re` names the subscriptions each satisfied, where the broker says)."""
+        `stamp.in_re` names the subscriptions each satisfied, where the broker says).
+        `cached`: the topic's cached messages first (content-based §5.8), as snapshot
+        copies."""
         return await self.client.subscribe(topic, duration, link=self.link, snapshot=snapshot,
-                                           selector=selector, selector_class=selector_class)
+                                           cached=cached, selector=selector,
+                                           selector_class=selector_class)
 
     # --- what the application reads ---------------------------------------------------
 

@@ -17,7 +17,10 @@ What leaves: forwarding of journaled messages (`forward`, called with what the j
 read back, which first advances the data item state; with a link log, sequenced per subscriber
 link by `sequenced.SequencedFanout`, which also serves gap requests, source repairs, capability
 queries, snapshots and heartbeats), cancel notices on expiry and topic deletion, forwarded
-requests to redistributors, and replies a redistributor sent us, passed on to whoever asked;
+requests to redistributors, and replies a redistributor sent us, passed on to whoever asked.
+A data a subscriber receives names, in its InRe option, the ids of every subscription of its
+that the message satisfied (content-based §5.10.1; the service's table decides, the renderer
+writes it, per recipient);
 and the well-known topics' messages (content-based §6, `_wkt_publisher`), journaled before the
 250 of the operation that changed them.
 

@@ -69,6 +69,10 @@ class SubscriptionTable:
         #: thousands of pairs, and the entries themselves are not kept)
         self._in_re: dict[Position, dict[_Pair, tuple[str, ...] | None]] = {}
         self._in_re_pairs = 0
+        #: topic -> (subscriber, link) -> how many subscriptions it has (live or not), and
+        #: topic -> how many of its pairs have more than one: `quiet` in O(1)
+        self._pair_counts: dict[str, dict[_Pair, int]] = {}
+        self._crowded: dict[str, int] = {}
 
     # --- contents --------------------------------------------------------------------------
 
@@ -77,6 +81,7 @@ class SubscriptionTable:
         key = (sub.subscriber, sub.subscription_id)
         self.remove(sub.topic, key)
         self._by_topic.setdefault(sub.topic, {})[key] = sub
+        self._count(sub, +1)
         if selector is not None:
             self._indexes.setdefault(sub.topic, SubscriptionIndex()).add(key, selector)
         self._changed()
@@ -88,6 +93,7 @@ class SubscriptionTable:
             return None
         if not subs:
             del self._by_topic[topic]
+        self._count(gone, -1)
         index = self._indexes.get(topic)
         if index is not None and key in index:
             index.remove(key)
@@ -108,6 +114,29 @@ class SubscriptionTable:
     def all(self) -> Iterable[Subscription]:
         for subs in self._by_topic.values():
             yield from subs.values()
+
+    def _count(self, sub: Subscription, step: int) -> None:
+        counts = self._pair_counts.setdefault(sub.topic, {})
+        pair = (sub.subscriber, link_of(sub))
+        was = counts.get(pair, 0)
+        now = was + step
+        if now:
+            counts[pair] = now
+        else:
+            del counts[pair]
+            if not counts:
+                del self._pair_counts[sub.topic]
+        crowded = self._crowded.get(sub.topic, 0) + (now > 1) - (was > 1)
+        if crowded:
+            self._crowded[sub.topic] = crowded
+        else:
+            self._crowded.pop(sub.topic, None)
+
+    def quiet(self, topic: str) -> bool:
+        """No InRe on `topic`: no selectors, and no (subscriber, link) with more than one
+        subscription (each copy stands for the pair's one plain subscription). Safe to ask
+        without the lock: a dict lookup each."""
+        return topic not in self._indexes and topic not in self._crowded
 
     def _changed(self) -> None:
         self._plain.clear()

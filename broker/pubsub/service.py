@@ -8,17 +8,24 @@ wire adapter turns that into the `reply` element carrying the operation's transI
 go to Kafka first (`Registry.put` returns once the compacted topic holds the record) and only
 then to memory, so what a caller was told is what a restart rebuilds.
 
-Publishing: `accept(...)` checks `core:data`, the topic (550 for an unknown one) and the topic's
-message schema (561, content-based draft §5.9.1; `schemas.py`) and hands back the `Publication`
-to append; the caller answers `ok` once the journal says it is durable.
+Publishing: `accept(...)` checks `core:data`, the topic (550 for an unknown one) and, on the
+one parse ingest makes (`ingest.py`: headers and selectable fields into the record), the topic's
+message schema (561, content-based draft §5.9.1; `schemas.py`), and hands back the
+`Publication` to append; the caller answers `ok` once the journal says it is durable.
 Forwarding does not start here: a follower reads the journal back (`broker.pubsub.follower`) and
-asks `recipients(topic)` for each record, so what subscribers get is what Kafka holds.
+asks `recipient_links_for(entry)` for each record, so what subscribers get is what Kafka holds.
 
-Subscriptions: one per (subscriber, topic); subscribing again replaces the duration (§4.5 step
-5.2). Expired ones are removed by `expire_due`, which returns them so the adapter can send each
-originator its cancel. A subscriber whose local part is `apex=pubsub/TOPIC` is a redistributing
-pubsub server (§2.4): subscribe and cancel requests for subjects in its domain are forwarded to
-it (§4.5 step 4, §4.6 step 3) instead of being applied here.
+Subscriptions (content-based §5.8): each has an id unique for its subscriber, and a subscriber
+may hold several per topic, each with or without a selector (compiled at subscribe: 566, 567).
+Subscribing again with the same selector and link renews that one (§4.5 step 5.2) under its
+id. `_table.SubscriptionTable` keeps the active ones and answers the fan-out: which
+(subscriber, link) a record goes to — once per pair, however many of its subscriptions the
+stored fields satisfy — and the InRe ids of each. A cancel names an id, a topic or neither
+(568 when nothing matches). Expired ones are removed by `expire_due`, which returns them so the
+adapter can send each originator its cancel naming the id. A subscriber whose local part is
+`apex=pubsub/TOPIC` is a redistributing pubsub server (§2.4): subscribe and cancel requests for
+subjects in its domain are forwarded to it (§4.5 step 4, §4.6 step 3) instead of being applied
+here.
 
 Every method may block on Kafka for a few milliseconds; an asyncio caller runs them in a thread.
 State shared with the delivery path is guarded by one lock.
@@ -503,6 +510,8 @@ class PubsubService:
               ) -> tuple[str, ...] | None:
         """The ids of `who`'s subscriptions on `link` that `entry` satisfies, for the InRe
         option (§5.10.1); None where InRe says nothing (the pair's one plain subscription)."""
+        if self._table.quiet(entry.topic):  # asked per delivery: the common case, unlocked
+            return None
         now = self._clock() if now is None else now
         with self._lock:
             return self._table.in_re(entry, who, link, now)

@@ -29,10 +29,16 @@ With `tokens` (the permission tokens one endpoint may receive, decided by the la
 live rule, broker/entitlements.py) a message carrying a token outside the set is left out and
 a message without a token always stays, as the live fan-out does (PubsubService.entitled).
 
-Expired messages are replayed. The live broker does not drop a message whose
-`expiration_date` has passed (the headers are carried, not enforced, on delivery), so leaving
-them out would replay something no subscriber received; `expiration_date` is in every row for
-a reader who wants to.
+Expiry (draft §5.2.1, broker/expiry.py). The live fan-out forwards a message unless it has
+expired by then (`expired(..., live=True)`: an expiration of `0` goes to the subscribers of the
+moment). So by default a replay leaves out what had expired when the broker appended it, which
+no subscriber was sent, and keeps the rest, also what expired later: a subscriber connected at
+the time received it. The decision is `broker.expiry.expired` itself, at the record's append
+time, in a Python UDF that sees only rows with a date to read (`*`, `0` and no header are
+decided in SQL). The fan-out's clock reads a few milliseconds after the append, so a message
+published to expire within those milliseconds is replayed though it was not sent.
+`include_expired=True` keeps everything, the journal's view. A gap fill or repair asked for
+today would also leave out what has expired since; a replay shows the stream as it went out.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from typing import Any
 
 from broker.spark.fields import FIELDS_ERROR_COLUMN, ensure_fields
 
-__all__ = ["REPLAY_COLUMNS", "message_tokens", "replay"]
+__all__ = ["REPLAY_COLUMNS", "message_tokens", "replay", "sent_unexpired"]
 
 DataFrame = Any  # pyspark.sql.DataFrame; pyspark ships no type stubs mypy can use here
 Selector = Any  # broker.selectors.Selector (kept Any: pyspark Column types are Any too)
@@ -72,9 +78,29 @@ def message_tokens(journal: DataFrame, topic: str) -> list[str]:
     return sorted(r["permission_token"] for r in rows)
 
 
+def sent_unexpired(record: Any) -> bool | None:
+    """Had the message not expired when appended (expiration_date, appended_ms)? The live
+    fan-out's rule (`live=True`); None for no record."""
+    from broker.expiry import expired
+
+    if record is None:
+        return None
+    return not expired(record["expiration_date"], record["appended_ms"], live=True)
+
+
+def _unexpired_at_send() -> Any:
+    from pyspark.sql import functions as F
+
+    exp = F.col("expiration_date")
+    dated = exp.isNotNull() & ~exp.isin("*", "0")
+    check = F.udf(sent_unexpired, "boolean")(F.when(dated, F.struct(
+        exp.alias("expiration_date"), F.unix_millis("appended_at").alias("appended_ms"))))
+    return ~dated | check
+
+
 def replay(journal: DataFrame, *, topic: str, selector: Selector | None = None,
            source: str | None = None, after: int | None = None,
-           tokens: Collection[str] | None = None) -> DataFrame:
+           tokens: Collection[str] | None = None, include_expired: bool = False) -> DataFrame:
     """The messages of `topic` in `journal` (decode_journal's columns) as a subscriber receives
     them: REPLAY_COLUMNS, sorted by (source, source_seq). See the module doc.
 
@@ -83,6 +109,7 @@ def replay(journal: DataFrame, *, topic: str, selector: Selector | None = None,
         source: only this source's messages.
         after: with `source`, only its seqs greater than this.
         tokens: the permission tokens the viewer may receive; None: no token filter.
+        include_expired: keep messages that had expired when appended (never sent live).
 
     Raises:
         ValueError: `after` without `source` (a seq means nothing across sources).
@@ -97,6 +124,8 @@ def replay(journal: DataFrame, *, topic: str, selector: Selector | None = None,
         df = df.filter(F.col("source") == source)
         if after is not None:
             df = df.filter(F.col("source_seq") > F.lit(after))
+    if not include_expired:
+        df = df.filter(_unexpired_at_send())
     if tokens is not None:
         allowed = sorted(set(tokens))
         token = F.col("permission_token")

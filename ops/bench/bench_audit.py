@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bootstrap", default=os.environ.get("APEXPS_BOOTSTRAP"),
                     help="an existing Kafka (default: $APEXPS_BOOTSTRAP, else a throwaway one)")
-    ap.add_argument("--records", type=int, default=20_000,
+    ap.add_argument("--records", type=int, default=10_000,
                     help="journal records (the issue's figure: 1000000)")
     ap.add_argument("--keep", action="store_true", help="keep the namespace's topics")
     args = ap.parse_args(argv)

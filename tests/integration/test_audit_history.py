@@ -1,6 +1,8 @@
 """ops/audit_history.py: a real history (broker, publishers, robust subscribers, a kill -9) and
 damaged copies of it through Kafka, each differing from the original by exactly the damage
-asked for, with every other record, and every link's pointer into the journal, intact."""
+asked for, with every other record, and every link's pointer into the journal, intact. The
+audit of the original is clean (and its report opens in the browser); the audit of each copy
+is exactly the findings the damage tool says it made."""
 
 from __future__ import annotations
 
@@ -9,13 +11,16 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from adapters.cli.main import main
 from ops.audit_history import QUIET_PUBLISHER, _link_records, _link_seq, _read_all, _topics
 
-pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow,
+              pytest.mark.usefixtures("spark")]
 
 Row = tuple[Any, ...]
 
@@ -76,6 +81,23 @@ def _damage(history: dict[str, Any], *args: str) -> tuple[str, dict[str, Any]]:
     return to, json.loads(proc.stdout)
 
 
+def _audit(bootstrap: str, ns: str, out: Path) -> tuple[int, dict[str, Any],
+                                                       list[tuple[Any, ...]]]:
+    """`apexps audit` of namespace `ns` (in this process, on the suite's session): exit status,
+    summary, and the findings as (category, link, source, source_seq, link_seq), sorted."""
+    from pyspark.sql import SparkSession
+
+    code = main(["audit", "--bootstrap", bootstrap, "--namespace", ns, "--out", str(out)])
+    summary = json.loads((out / "summary.json").read_text())
+    rows = SparkSession.builder.getOrCreate().read.parquet(str(out / "findings")).collect()
+    return code, summary, _sorted([r.asDict() for r in rows])
+
+
+def _sorted(findings: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return sorted(((f["category"], f["link"], f["source"], f["source_seq"], f["link_seq"])
+                   for f in findings), key=repr)
+
+
 def _pointers_hold(journal: list[Row], links: list[Row]) -> None:
     """Every DATA link record points at the journal record of its own source and seq."""
     at = {(p, o): (s, q) for p, o, _, s, q in journal}
@@ -104,6 +126,29 @@ def test_the_history_is_what_was_asked_for(history: dict[str, Any]) -> None:
     assert set(history["links"]) == {"chaos-s1", "chaos-s2", "chaos-s3"}
     _pointers_hold(_journal(history["bootstrap"], history["namespace"]),
                    _links(history["bootstrap"], history["namespace"]))
+
+
+def test_the_audit_of_the_history_is_clean(history: dict[str, Any], tmp_path: Path,
+                                           browser: Any) -> None:
+    """No finding; every source's messages counted; each link carried what its subscriber was
+    entitled to. Its report.html, opened in the browser, says clean and shows the counts."""
+    code, summary, findings = _audit(history["bootstrap"], history["namespace"], tmp_path)
+    assert (code, findings) == (0, [])
+    assert summary["clean"] is True and set(summary["counts"].values()) == {0}
+    assert {s: v["messages"] for s, v in summary["per_source"].items()} == {
+        s: v["messages"] for s, v in history["sources"].items()}
+    subs = summary["per_subscription"]
+    assert {s["link"] for s in subs.values()} == set(history["links"])
+    assert all(s["expected"] == s["delivered"] and s["missing"] == 0 for s in subs.values())
+
+    browser.get((tmp_path / "report.html").as_uri())
+    assert browser.find_element("id", "verdict").text == "Clean: no findings."
+    assert len(browser.find_elements("css selector", "figure svg")) >= 2
+    text = browser.find_element("tag name", "body").text
+    for source, facts in summary["per_source"].items():
+        row = browser.find_element("xpath", f'//tr[td[1]="{source}"]').text
+        assert f"{facts['first']} {facts['last']} {facts['messages']}" in row, row
+    assert str(summary["decisions"]["total"]) in text
 
 
 def test_an_undamaged_copy_is_the_same_history(history: dict[str, Any]) -> None:
@@ -146,22 +191,27 @@ def _swapped(rows: list[Row], one: Row, two: Row | None) -> list[Row]:
     ("swap-link", _swapped, "reorder"),
 ])
 def test_link_damage_is_exactly_the_damage(history: dict[str, Any], kind: str, edit: Edit,
-                                           category: str) -> None:
-    """One link record removed, duplicated or two swapped; the rest of the log unchanged."""
+                                           category: str, tmp_path: Path) -> None:
+    """One link record removed, duplicated or two swapped; the rest of the log unchanged; the
+    audit of the copy finds exactly that."""
     bootstrap = history["bootstrap"]
     links = _links(bootstrap, history["namespace"])
     one = _a_data_record(links, "chaos-s2")
     two = _a_data_record(links, "chaos-s2", skip=1) if kind == "swap-link" else None
     spec = f"chaos-s2:{one[4]}" + (f":{two[4]}" if two else "") + f"@{one[3]}"
     to, out = _damage(history, f"--{kind}", spec)
-    # (a heartbeat may lie between two DATA records: each seq from A to B-1 is then reordered)
-    seqs = range(one[4], two[4]) if two else [one[4]]
-    assert out["expected"] == [{"category": category, "link": "chaos-s2", "link_seq": n}
-                               for n in seqs]
+    # A missing message has no link seq (the link did not carry it); the swapped pair is
+    # adjacent, so only the earlier record, now logged second, is out of order.
+    assert out["expected"] == [{"category": category, "link": "chaos-s2", "source": one[6],
+                                "source_seq": one[7],
+                                "link_seq": None if kind == "remove-link" else one[4]}]
     damaged = _links(bootstrap, to)
     assert _without_offsets(damaged) == _without_offsets(edit(links, one, two))
     _pointers_hold(_journal(bootstrap, to), damaged)
     assert _journal(bootstrap, to) == _journal(bootstrap, history["namespace"])
+    code, _, findings = _audit(bootstrap, to, tmp_path)
+    assert code == 1
+    assert findings == _sorted(out["expected"])
 
 
 @pytest.mark.parametrize(("kind", "source", "edit", "category"), [
@@ -170,17 +220,19 @@ def test_link_damage_is_exactly_the_damage(history: dict[str, Any], kind: str, e
     ("swap-journal", "p2@example.com", _swapped, "source_order"),
 ])
 def test_journal_damage_is_exactly_the_damage(history: dict[str, Any], kind: str, source: str,
-                                              edit: Edit, category: str) -> None:
+                                              edit: Edit, category: str,
+                                              tmp_path: Path) -> None:
     """One journal record removed (no GAP), duplicated or two swapped; the link log the same
-    but for its pointers, which follow the journal's records to their new offsets."""
+    but for its pointers, which follow the journal's records to their new offsets; the audit
+    of the copy finds exactly that."""
     bootstrap = history["bootstrap"]
     journal = _journal(bootstrap, history["namespace"])
     mine = [r for r in journal if r[3] == source and r[2] == "DATA"]
     one, two = mine[2], (mine[3] if kind == "swap-journal" else None)
     spec = f"{source}:{one[4]}" + (f":{two[4]}" if two else "")
     to, out = _damage(history, f"--{kind}", spec)
-    assert out["expected"] == [{"category": category, "source": source,
-                                "source_seq": one[4]}]
+    assert out["expected"] == [{"category": category, "link": None, "source": source,
+                                "source_seq": one[4], "link_seq": None}]
     damaged = _journal(bootstrap, to)
     assert [r[2:] for r in damaged] == [r[2:] for r in edit(journal, one, two)]
     links = _links(bootstrap, to)
@@ -188,6 +240,9 @@ def test_journal_damage_is_exactly_the_damage(history: dict[str, Any], kind: str
     if kind == "remove-journal":  # the quiet source: its records are on no link
         assert not any(r[6] == source for r in links)
     _pointers_hold(damaged, links)
+    code, _, findings = _audit(bootstrap, to, tmp_path)
+    assert code == 1
+    assert findings == _sorted(out["expected"])
 
 
 def test_damage_of_a_record_that_is_not_there_is_refused(history: dict[str, Any]) -> None:

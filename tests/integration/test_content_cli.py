@@ -62,6 +62,13 @@ def test_subscribe_publish_cancel_from_the_command_line(kafka_config: KafkaConfi
         assert [("symbol='XMPL'" in r["content"], r["subscriptions"]) for r in lines] == \
             [(True, ["1"]), (False, ["1"])]
         assert lines[0]["messageid"] == "1029"
+        # --cached: the cached message (message-id 1029, never expires) through the selector
+        late = _cli(server, "subscribe", "--topic", TOPIC, "--as", "tom@example.com",
+                    "--selector", SELECTOR, "--cached", "--count", "1")
+        assert late.returncode == 0, late.stderr
+        [cached] = [json.loads(x) for x in late.stdout.splitlines()]
+        assert "symbol='XMPL'" in cached["content"] and cached["subscriptions"] == ["1"]
+        assert _cli(server, "cancel", "--all", "--as", "tom@example.com").returncode == 0
         # cancel: by id (then nothing left: 568), by topic, all
         first = _cli(server, "cancel", "--id", "1", "--as", "jade@example.com")
         again = _cli(server, "cancel", "--id", "1", "--as", "jade@example.com")

@@ -410,9 +410,14 @@ async def _running_example_cached(config: KafkaConfig, sequenced: bool) -> None:
     async with BrokerApp(config, robust=QUIET, sequenced=sequenced) as app:
         pub = await PubsubClient.connect("127.0.0.1", app.port, "quote-service@example.com")
         jade = await PubsubClient.connect("127.0.0.1", app.port, "jade@example.com")
+        watcher = await PubsubClient.connect("127.0.0.1", app.port, "watcher@example.com")
         await pub.create_topic(TOPIC)
+        await watcher.subscribe(TOPIC, 600)
         for symbol, pct, mid, rev, exp in HISTORY:
             await pub.publish(TOPIC, cached_quote(symbol, pct, mid, rev, exp), "application/xml")
+        # forwarded, so in the cache (forward applies the item state first): the plain path
+        # does not wait for the follower to catch up before it reads the cache
+        await _deliveries(watcher, len(HISTORY) - 1)  # the expired one is never delivered
         sub_id = await jade.subscribe(TOPIC, 600, selector=SELECTOR, cached=True, batch=None)
         await pub.publish(TOPIC, cached_quote("SMPL", 6.0, "7", 0, "0"), "application/xml")
         await pub.publish(TOPIC, cached_quote("IBM", 6.0, "8", 0, None), "application/xml")
@@ -422,7 +427,7 @@ async def _running_example_cached(config: KafkaConfig, sequenced: bool) -> None:
         assert [_symbol(d) for d in got[2:]] == [("SMPL", 6.0), ("XMPL", -9.0)]
         assert all(d.in_re == (sub_id,) for d in got)
         assert not [e for e in await _drain(jade.events()) if isinstance(e, Delivered)]
-        for c in (pub, jade):
+        for c in (pub, jade, watcher):
             await c.close()
 
 

@@ -24,9 +24,10 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 
 def _journal(config: KafkaConfig) -> None:
-    """Sources a, b, c on topic t (c's seq 2 carries token 7, b's seq 1 has expired long
-    ago), one message on another topic, a GAP, a duplicate of a's seq 2, a record that does
-    not decode, and content a selector cannot parse."""
+    """Sources a, b, c on topic t (c's seq 2 carries token 7; b's seq 1 had expired before it
+    was published, b's seq 2 expires at once (`0`), c's seq 1 in 2100), one message on another
+    topic, a GAP, a duplicate of a's seq 2, a record that does not decode, and content a
+    selector cannot parse."""
     core = BrokerCore(config)
     core.open()
     try:
@@ -35,7 +36,8 @@ def _journal(config: KafkaConfig) -> None:
             core.journal.append_sync(Publication(
                 "t", f"{src}@example.com", f"<q k='{k}'/>".encode(),
                 permission_token="7" if k == 5 else ("8" if k == 8 else None),
-                expiration_date="2000-01-01T00:00:00Z" if k == 1 else None))
+                expiration_date={1: "2000-01-01T00:00:00Z", 4: "0",
+                                 2: "2100-01-01T00:00:00"}.get(k)))
         core.journal.append_sync(Publication("other", "a@example.com", b"<q k='99'/>"))
         core.journal.append_sync(Publication("t", "d@example.com",
                                              b"<!DOCTYPE q [<!ENTITY e 'x'>]><q k='&e;'/>"))
@@ -66,8 +68,9 @@ def _keys(df: Any) -> list[tuple[str, int]]:
 def test_replay_is_the_topics_data_once_each_in_per_source_order(journal: Any,
                                                                   spark: Any) -> None:
     """GAP, undecodable and other-topic records are not messages; a's seq 2, written twice,
-    is replayed once; the expired message (b's seq 1) is replayed, as the live broker sends
-    it; rows come sorted by (source, source_seq), however Spark partitions the work."""
+    is replayed once; rows come sorted by (source, source_seq), however Spark partitions the
+    work. Expiry as the live fan-out decides: b's seq 1, expired before it was appended, was
+    never sent and is out (unless include_expired); `0` and a future date are in."""
     df = replay(journal, topic="t")
     assert tuple(df.columns) == REPLAY_COLUMNS
     # Adaptive execution folds this little data into one partition, where any sorted step
@@ -77,11 +80,15 @@ def test_replay_is_the_topics_data_once_each_in_per_source_order(journal: Any,
         keys = _keys(df)
     finally:
         spark.conf.unset("spark.sql.adaptive.enabled")
-    assert keys == [("a", 1), ("a", 2), ("a", 3), ("b", 1), ("b", 2), ("b", 3),
-                         ("c", 1), ("c", 2), ("c", 3), ("d", 1)]
+    assert keys == [("a", 1), ("a", 2), ("a", 3), ("b", 2), ("b", 3),
+                    ("c", 1), ("c", 2), ("c", 3), ("d", 1)]
     rows = {(r["source"][0], r["source_seq"]): r for r in df.collect()}
-    assert rows[("b", 1)]["expiration_date"] == "2000-01-01T00:00:00Z"
+    assert (rows[("b", 2)]["expiration_date"], rows[("c", 1)]["expiration_date"]) == \
+        ("0", "2100-01-01T00:00:00")
     assert bytes(rows[("a", 2)]["content"]) == b"<q k='3'/>"
+    everything = replay(journal, topic="t", include_expired=True)
+    (old,) = [r for r in everything.collect() if (r["source"][0], r["source_seq"]) == ("b", 1)]
+    assert old["expiration_date"] == "2000-01-01T00:00:00Z"
 
 
 def test_source_after_and_viewer_tokens(journal: Any) -> None:
@@ -93,9 +100,9 @@ def test_source_after_and_viewer_tokens(journal: Any) -> None:
         [("c", 1), ("c", 2), ("c", 3)]
     assert ("c", 2) not in _keys(replay(journal, topic="t", tokens=[]))
     assert ("c", 3) not in _keys(replay(journal, topic="t", tokens=[]))
-    assert len(_keys(replay(journal, topic="t", tokens=[]))) == 8
+    assert len(_keys(replay(journal, topic="t", tokens=[]))) == 7  # 10 - expired - 2 tokened
     seven = _keys(replay(journal, topic="t", tokens=["7"]))
-    assert ("c", 2) in seven and ("c", 3) not in seven and len(seven) == 9
+    assert ("c", 2) in seven and ("c", 3) not in seven and len(seven) == 8
     with pytest.raises(ValueError, match="source"):
         replay(journal, topic="t", after=3)
 

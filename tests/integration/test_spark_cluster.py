@@ -1,14 +1,19 @@
 """The Spark jobs on a real standalone cluster (tests/spark_cluster.py): executors that do not
-have apexps get its Python shipped by the session, and the journal read there equals local
-mode's, row for row, the Python fallback's rows included."""
+have apexps get its Python shipped by the session; the journal read there equals local mode's,
+row for row, the Python fallback's rows included; `apexps audit --master spark://...` of a
+real history gives local mode's summary and findings."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from adapters.cli.main import main
 from broker.codec import MARKER
 from broker.core import BrokerCore
 from broker.kafka_io import KafkaConfig, KafkaProducer
@@ -71,3 +76,41 @@ def test_journal_on_the_cluster_equals_local_mode(kafka_config: KafkaConfig, spa
     assert got["rows"] == local
     apps = spark_cluster.status()["completedapps"]
     assert any(a["name"] == "apexps-cluster-test" for a in apps)
+
+
+def _audit_result(spark: Any, out: Path, code: int) -> dict[str, Any]:
+    summary = json.loads((out / "summary.json").read_text())
+    summary.pop("generated_at")
+    findings = [r.asDict() for r in spark.read.parquet(str(out / "findings")).collect()]
+    return {"code": code, "summary": summary,
+            "findings": sorted(findings, key=lambda f: repr(sorted(f.items()))),
+            "report": (out / "report.html").is_file()}
+
+
+def audit_on_cluster(spark: Any, bootstrap: str, namespace: str, out: str) -> dict[str, Any]:
+    """(Run in the cluster job's driver.) `apexps audit --master` the cluster's URL."""
+    code = main(["audit", "--bootstrap", bootstrap, "--namespace", namespace, "--out", out,
+                 "--master", spark.sparkContext.master])
+    return _audit_result(spark, Path(out), code)
+
+
+def test_the_audit_on_the_cluster_equals_local_mode(kafka_bootstrap: str, spark: Any,
+                                                    spark_cluster: SparkCluster,
+                                                    tmp_path: Path) -> None:
+    """The audit of a real history (a broker over BEEP, links, a denied token) through the
+    standalone cluster: the same exit status, summary and findings as on local[2]."""
+    from tests.integration.test_audit import _build
+
+    config = KafkaConfig(bootstrap=kafka_bootstrap, namespace=f"c{uuid.uuid4().hex[:12]}")
+    asyncio.run(_build(config))
+    local_out = tmp_path / "local"
+    local = _audit_result(spark, local_out, main([
+        "audit", "--bootstrap", kafka_bootstrap, "--namespace", config.namespace,
+        "--out", str(local_out)]))
+    assert local["code"] == 0 and local["summary"]["clean"] and local["report"]
+    assert local["summary"]["decisions"]["total"] > 0
+
+    got = run_on_cluster(spark_cluster, "tests.integration.test_spark_cluster:audit_on_cluster",
+                         tmp_path, bootstrap=kafka_bootstrap, namespace=config.namespace,
+                         out=str(tmp_path / "cluster"))
+    assert got == local

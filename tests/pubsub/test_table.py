@@ -89,3 +89,18 @@ def test_wants_is_what_a_links_subscriptions_select() -> None:
     assert not table.wants("jade", _entry(symbol="IBM"), 1)
     assert table.wants("fred", _entry(symbol="IBM"), 1)
     assert not table.wants("nobody", _entry(symbol="XMPL"), 1)
+
+
+def test_quiet_topics_are_those_where_inre_says_nothing() -> None:
+    table = SubscriptionTable()
+    _add(table, "jade", "1")
+    _add(table, "fred", "1")
+    assert table.quiet(T)
+    _add(table, "jade", "2")  # a second subscription on jade's link
+    assert not table.quiet(T)
+    table.remove(T, ("jade", "2"))
+    assert table.quiet(T)
+    _add(table, "fred", "2", "symbol = 'XMPL'", link="elsewhere")  # a selector
+    assert not table.quiet(T)
+    table.remove(T, ("fred", "2"))
+    assert table.quiet(T) and table.quiet("no.such.topic")

@@ -147,7 +147,15 @@ def audit(spark: SparkSession, inputs: AuditInputs, options: AuditOptions) -> Au
         "label string, subscriber string, topic string, link string, sel_key int, "
         "start_ms bigint, visible_ms bigint, end_ms bigint")
 
-    all_messages = _messages(inputs.journal)
+    # Selectors read `fields`; live traffic stores them empty until issue 20, so where a
+    # record's map is empty it is extracted from the content as the broker will (fields.py).
+    # Only when some subscription has a selector: the extraction is a Python UDF.
+    if keys:
+        from broker.spark.fields import ensure_fields
+
+        all_messages = _messages(ensure_fields(inputs.journal))
+    else:
+        all_messages = _messages(inputs.journal)
     messages = (all_messages if options.topic is None
                 else all_messages.filter(F.col("topic") == options.topic)).cache()
     tokened = {(r["topic"], r["permission_token"]) for r in messages.filter(

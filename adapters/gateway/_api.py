@@ -1,0 +1,264 @@
+"""The gateway's HTTP vocabulary, sans-I/O: request bodies in, subscription operations out;
+deliveries in, Server-Sent Events text out; broker refusals in, HTTP statuses out.
+
+Theory of operation
+-------------------
+The P2PSIP draft's SubscribeGateway (§3.4, figure 6) translates another protocol's subscribe
+into the notifier's own; here the other protocol is HTTP and the notifier is apex=pubsub. All of
+that translation lives in this module as pure functions over plain values, so it is unit-tested
+without a socket, a loop or a broker; `_feeds.py` acts on the results and `_app.py` is the thin
+aiohttp shell.
+
+A subscription names a topic today. The draft's resource subscriptions (topic + message-id, an
+event list, Expires) are to come; their fields are reserved in `SubscribeRequest` already and
+refused with a clear 501 until the broker offers them, so a client written against this API
+keeps working when they arrive.
+
+`ReplayBuffer` is the rule that makes `Last-Event-ID` exact: every SSE event's id is the link
+seq of its delivery on the subscription's own robust link, ids rise strictly, and a stream that
+reconnects after id N gets every delivery after N (from the buffer, or from the broker by gap
+fill for what the bounded buffer no longer holds) and nothing at or before N.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from common.errors import ApexpsError, ReplyCode
+
+__all__ = [
+    "DEFAULT_REPLAY",
+    "Cancel",
+    "HttpError",
+    "ReplayBuffer",
+    "Replayed",
+    "SelectorClass",
+    "SubscribeRequest",
+    "WsRequest",
+    "http_status",
+    "parse_last_event_id",
+    "parse_subscribe",
+    "parse_ws",
+    "sse_comment",
+    "sse_event",
+]
+
+#: Deliveries each subscription keeps for streams that reconnect: enough for a browser that
+#: reconnects within seconds at hundreds of messages a second; older ones come by gap fill.
+DEFAULT_REPLAY = 1024
+#: Topic names as the broker accepts them are longer; a gateway client has no need for more.
+MAX_TOPIC = 1024
+MAX_SELECTOR = 64 * 1024
+MAX_DURATION = 7 * 24 * 3600
+DEFAULT_DURATION = 3600
+_ID = re.compile(r"[0-9]{1,19}")
+
+
+class SelectorClass(StrEnum):
+    """The selector classes of content-based §6 (the broker compiles them)."""
+
+    #: JMS message selector syntax
+    JMS = "JMS"
+    #: RFC 2254 LDAP filters
+    LDAP = "RFC-2254"
+
+
+@dataclass(frozen=True, slots=True)
+class HttpError(Exception):
+    """A refusal: its HTTP status, and the request field at fault when there is one."""
+
+    status: int
+    message: str
+    field: str | None = None
+
+    def body(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"error": self.message}
+        if self.field is not None:
+            out["field"] = self.field
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class SubscribeRequest:
+    """`POST /subscriptions` (or the WebSocket's `subscribe`), validated."""
+
+    topic: str
+    duration: int = DEFAULT_DURATION
+    selector: str | None = None
+    selector_class: SelectorClass = SelectorClass.JMS
+    #: content-based §5.8: the topic's cached messages first, then live data
+    cached: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """The WebSocket's `cancel`."""
+
+    id: str
+
+
+WsRequest = SubscribeRequest | Cancel
+
+#: Reserved for resource subscriptions (issue 22 items 1-6): refused with 501 until then.
+_LATER = ("resource", "events", "expires")
+_KNOWN = {"topic", "duration", "selector", "class", "cached", *_LATER}
+
+
+def _field(body: Mapping[str, Any], name: str, kind: type, default: Any = None) -> Any:
+    value = body.get(name, default)
+    # bool is an int: a duration of `true` is not 1 second
+    if value is not default and (not isinstance(value, kind)
+                                 or (kind is int and isinstance(value, bool))):
+        raise HttpError(400, f"{name} must be a {kind.__name__}", name)
+    return value
+
+
+def parse_subscribe(body: object) -> SubscribeRequest:
+    """A subscribe request from decoded JSON; `HttpError` 400 names the bad field."""
+    if not isinstance(body, dict):
+        raise HttpError(400, "the body must be a JSON object")
+    for name in body:
+        if name not in _KNOWN and name != "op":
+            raise HttpError(400, f"unknown field {name!r}", str(name))
+    for name in _LATER:
+        if name in body:
+            raise HttpError(501, f"{name}: resource subscriptions are not offered yet", name)
+    topic = _field(body, "topic", str)
+    if topic is None:
+        raise HttpError(400, "topic is required", "topic")
+    if not topic or len(topic) > MAX_TOPIC or any(c in topic for c in "@/ \t\r\n"):
+        raise HttpError(400, f"topic must be 1..{MAX_TOPIC} characters without '@', '/' or"
+                             " white space", "topic")
+    duration = _field(body, "duration", int, DEFAULT_DURATION)
+    if not 1 <= duration <= MAX_DURATION:
+        raise HttpError(400, f"duration is 1..{MAX_DURATION} seconds", "duration")
+    selector = _field(body, "selector", str)
+    if selector is not None and not 0 < len(selector) <= MAX_SELECTOR:
+        raise HttpError(400, f"selector is 1..{MAX_SELECTOR} characters", "selector")
+    klass = _field(body, "class", str, SelectorClass.JMS.value)
+    try:
+        selector_class = SelectorClass(klass.upper())
+    except ValueError:
+        raise HttpError(400, f"class is one of {', '.join(c.value for c in SelectorClass)}",
+                        "class") from None
+    cached = _field(body, "cached", bool, False)
+    return SubscribeRequest(topic, duration, selector, selector_class, cached)
+
+
+def parse_ws(text: str) -> WsRequest:
+    """One WebSocket text message: `{"op": "subscribe", …}` or `{"op": "cancel", "id": …}`."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        raise HttpError(400, "not JSON") from None
+    op = body.get("op") if isinstance(body, dict) else None
+    if op == "subscribe":
+        return parse_subscribe(body)
+    if op == "cancel":
+        ident = body.get("id")
+        if not isinstance(ident, str) or not ident:
+            raise HttpError(400, "id must be a subscription id", "id")
+        return Cancel(ident)
+    raise HttpError(400, "op is subscribe or cancel", "op")
+
+
+def parse_last_event_id(value: str | None) -> int | None:
+    """The `Last-Event-ID` header (or `?last-event-id=`): a link seq, or None for none."""
+    if value is None or value == "":
+        return None
+    if not _ID.fullmatch(value):
+        raise HttpError(400, "Last-Event-ID must be a link seq", "Last-Event-ID")
+    return int(value)
+
+
+#: Broker refusals as HTTP: the reply code's meaning kept, not a blanket 502.
+_STATUS = {
+    ReplyCode.NOT_TAKEN: 404,  # 550: no such topic
+    ReplyCode.NOT_AUTHORIZED: 403,
+    ReplyCode.AUTH_REQUIRED: 401,
+    ReplyCode.AUTH_FAILURE: 401,
+    ReplyCode.PARAMETER_INVALID: 400,
+    ReplyCode.PARAMETER_SYNTAX_ERROR: 400,
+    ReplyCode.UNSUPPORTED_SELECTOR_CLASS: 400,
+    ReplyCode.INCORRECT_SELECTOR: 400,
+    ReplyCode.UNKNOWN_SUBSCRIPTION: 404,
+    ReplyCode.NOT_IMPLEMENTED: 501,
+    ReplyCode.SERVICE_NOT_AVAILABLE: 503,
+}
+
+
+#: The request field a broker refusal is about, where the code says.
+_FIELD = {ReplyCode.UNSUPPORTED_SELECTOR_CLASS: "class",
+          ReplyCode.INCORRECT_SELECTOR: "selector"}
+
+
+def http_status(exc: ApexpsError) -> HttpError:
+    """The HTTP answer to a broker refusal, keeping its code and text."""
+    status = _STATUS.get(exc.code, 503 if exc.retriable else 502)
+    return HttpError(status, f"{int(exc.code)} {exc}", _FIELD.get(exc.code))
+
+
+def sse_event(seq: int, data: Mapping[str, Any], event: str = "message") -> bytes:
+    """One SSE event whose id is `seq`; `data` as one line of JSON (no newline can split it)."""
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    head = "" if event == "message" else f"event: {event}\n"
+    return f"{head}id: {seq}\ndata: {text}\n\n".encode()
+
+
+def sse_comment(text: str) -> bytes:
+    """A comment line: keeps proxies and the browser's idea of the connection alive."""
+    return f": {text.replace(chr(10), ' ')}\n\n".encode()
+
+
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    """What a stream that reconnects after `after` is owed: first the link seqs
+    `gap` (inclusive; None: nothing) from the broker, then `items` from the buffer."""
+
+    gap: tuple[int, int] | None
+    items: tuple[tuple[int, bytes], ...]
+
+
+class ReplayBuffer:
+    """The last `size` deliveries of one subscription as (link seq, SSE bytes), seqs rising."""
+
+    def __init__(self, size: int = DEFAULT_REPLAY) -> None:
+        if size < 1:
+            raise ValueError("a replay buffer holds at least one delivery")
+        self._items: deque[tuple[int, bytes]] = deque(maxlen=size)
+        #: the highest link seq that fell out of the buffer (0: none did)
+        self.evicted = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[tuple[int, bytes]]:
+        return iter(self._items)
+
+    @property
+    def last(self) -> int:
+        """The highest seq delivered so far (0: none)."""
+        return self._items[-1][0] if self._items else self.evicted
+
+    def add(self, seq: int, event: bytes) -> None:
+        """Keep a delivery; its seq must rise (the robust link hands each once, in order)."""
+        if seq <= self.last:
+            raise ValueError(f"link seq {seq} after {self.last}: not rising")
+        if len(self._items) == self._items.maxlen:
+            self.evicted = self._items[0][0]
+        self._items.append((seq, event))
+
+    def since(self, after: int | None) -> Replayed:
+        """What a stream that saw everything up to `after` is owed (None: a new stream, owed
+        nothing from the past)."""
+        if after is None:
+            return Replayed(None, ())
+        items = tuple(item for item in self._items if item[0] > after)
+        gap = (after + 1, self.evicted) if after < self.evicted else None
+        return Replayed(gap, items)

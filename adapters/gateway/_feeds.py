@@ -1,0 +1,321 @@
+"""Feeds: the gateway's subscriptions, each one APEX robust subscriber, fanned out to the HTTP
+streams that read it.
+
+Theory of operation
+-------------------
+A feed is one subscription made through the gateway. It gets a BEEP session of its own to the
+broker, attached as a subaddress of the HTTP user's endpoint (`USER/gw-ID@DOMAIN`, RFC 3340
+§4.5.1: what an authenticated user may attach as), and a `RobustSubscriber` on the link named
+after that endpoint. So the broker's access control judges the user, the broker journals every
+delivery on a link nobody else writes to, and a broker restart or a lost connection is the robust
+client's business (re-dial, re-attach, gap fill): the feed sees one contiguous stream of
+deliveries, each with its link seq, and nothing twice.
+
+The feed's pump takes each delivery, renders its SSE event once, keeps it in a bounded
+`ReplayBuffer`, and offers it to every open stream. A stream is a bounded queue: one that is
+full (its client does not read) is closed rather than allowed to grow, and its browser comes
+back with `Last-Event-ID`.
+
+A stream that opens after link seq N is owed every delivery after N. The buffer holds the
+latest ones; for older ones it asks the broker for the link range (gap fill) on the feed's own
+session. Those refilled copies arrive as link traffic like any other, so the feed stands in
+front of the robust subscriber's listener and takes the refilled items of the range it asked
+for; everything else passes through. The stub never asks for a seq it has delivered, and the
+feed asks only for seqs it has, so the two never want the same item.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from adapters.apex.endpoint import Endpoint
+from adapters.client.pubsub_client import Delivered, LinkTraffic, PubsubClient
+from adapters.client.robust_client import Message, RobustSubscriber
+from common.errors import ApexpsError, ReplyCode, ServiceNotAvailable
+
+from ._api import (
+    DEFAULT_REPLAY,
+    HttpError,
+    ReplayBuffer,
+    SubscribeRequest,
+    http_status,
+    sse_event,
+)
+
+__all__ = ["DEFAULT_STREAM_QUEUE", "Connector", "Feed", "Feeds", "Stream"]
+
+log = structlog.get_logger(__name__)
+
+#: Events a stream may have waiting for its client beyond a full replay: a client this far
+#: behind is not reading, and its stream is closed (it reconnects with Last-Event-ID).
+DEFAULT_STREAM_QUEUE = 256
+#: Subscriptions the gateway holds at once (each is a BEEP session to the broker).
+DEFAULT_MAX_FEEDS = 2000
+
+#: Opens a BEEP session to the broker attached as the endpoint, for that user's credentials.
+Connector = Callable[[Endpoint, "Credentials"], Awaitable[PubsubClient]]
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """Who the HTTP request is: the user, and the password when the broker should see it too
+    (SASL as that user; None: an unauthenticated session)."""
+
+    user: str
+    password: str | None = None
+
+
+class Stream:
+    """One reader of a feed (an SSE response or a WebSocket): a bounded queue of
+    (link seq, event bytes)."""
+
+    def __init__(self, limit: int) -> None:
+        self._items: deque[tuple[int, bytes]] = deque()
+        self._limit = limit
+        self._ready = asyncio.Event()
+        #: why the stream ended (None: open)
+        self.closed: str | None = None
+        #: called when the reader is too far behind: the connection must go now, since its
+        #: writer may be waiting for a client that never reads (set by the HTTP handler)
+        self.on_overflow: Callable[[], None] | None = None
+
+    def offer(self, seq: int, event: bytes) -> bool:
+        """Queue an event; False (and the stream closed) when the reader is too far behind."""
+        if self.closed is not None:
+            return False
+        if len(self._items) >= self._limit:
+            self.close("slow reader")
+            if self.on_overflow is not None:
+                self.on_overflow()
+            return False
+        self._items.append((seq, event))
+        self._ready.set()
+        return True
+
+    def close(self, reason: str) -> None:
+        if self.closed is None:
+            self.closed = reason
+        self._ready.set()
+
+    async def get(self) -> tuple[int, bytes] | None:
+        """The next event, or None once the stream is closed."""
+        while not self._items:
+            if self.closed is not None:
+                return None
+            self._ready.clear()
+            await self._ready.wait()
+        if self.closed is not None:
+            return None
+        return self._items.popleft()
+
+
+@dataclass(eq=False)
+class Feed:
+    """One gateway subscription; see the module docstring."""
+
+    id: str
+    user: str
+    request: SubscribeRequest
+    client: PubsubClient
+    robust: RobustSubscriber
+    buffer: ReplayBuffer
+    stream_limit: int
+    #: the id the broker gave the subscription (content-based §5.8; None from a broker
+    #: without ids)
+    apex_id: str | None = None
+    streams: set[Stream] = field(default_factory=set)
+    #: the link range the feed is refilling now, and what came of it
+    _refill: tuple[int, int] | None = None
+    _refilled: list[Message] = field(default_factory=list)
+    _refill_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _pump: asyncio.Task[None] | None = None
+    #: deliveries the feed had from the broker again (gap fill) for reconnecting streams
+    refilled: int = 0
+
+    @property
+    def link(self) -> str:
+        return self.robust.link
+
+    def start(self) -> None:
+        passing = self.client.link_listener(self.link)
+        assert passing is not None, "the robust subscriber listens on its link"
+
+        def traffic(item: LinkTraffic) -> None:
+            refill = self._refill
+            if (refill is not None and isinstance(item, Delivered) and item.stamp is not None
+                    and item.stamp.refill and refill[0] <= item.stamp.link_seq <= refill[1]):
+                self._refilled.append(Message(item.stamp, item.content, item.content_type))
+                return
+            passing(item)
+
+        self.client.listen_link(self.link, traffic)
+        self._pump = asyncio.create_task(self._run(), name=f"gateway-feed-{self.id}")
+
+    def render(self, message: Message) -> bytes:
+        stamp = message.stamp
+        try:
+            content: Any = message.content.decode()
+        except UnicodeDecodeError:
+            content = message.content.hex()
+        return sse_event(stamp.link_seq, {
+            "subscription": self.id, "topic": message.topic, "seq": stamp.link_seq,
+            "source": stamp.source, "source_seq": stamp.source_seq,
+            "content_type": message.content_type, "content": content,
+            "time": stamp.time})
+
+    async def _run(self) -> None:
+        try:
+            async for message in self.robust.messages():
+                seq = message.stamp.link_seq
+                event = self.render(message)
+                self.buffer.add(seq, event)
+                for stream in list(self.streams):
+                    if not stream.offer(seq, event):
+                        self.streams.discard(stream)
+                        log.warning("gateway stream closed: slow reader", subscription=self.id,
+                                    user=self.user, seq=seq)
+        except ApexpsError as exc:
+            log.error("gateway feed ended", subscription=self.id, error=str(exc))
+        for stream in self.streams:
+            stream.close("feed ended")
+
+    def open_stream(self, after: int | None) -> tuple[Stream, tuple[int, int] | None]:
+        """A new reader that saw everything up to `after`: the buffered deliveries after it
+        are queued already, live ones follow; the range returned (if any) must be refilled
+        first (`refill`)."""
+        owed = self.buffer.since(after)
+        stream = Stream(len(owed.items) + self.stream_limit)
+        for seq, event in owed.items:
+            stream.offer(seq, event)
+        self.streams.add(stream)
+        return stream, owed.gap
+
+    async def refill(self, lo: int, hi: int) -> list[tuple[int, bytes]]:
+        """Link seqs lo..hi again from the broker (gap fill), as events, in order."""
+        async with self._refill_lock:
+            caps_max = max(1, (await self.client.capabilities()).max_gap)
+            out: list[tuple[int, bytes]] = []
+            start = lo
+            while start <= hi:
+                end = min(hi, start + caps_max - 1)
+                self._refill, self._refilled = (start, end), []
+                try:
+                    await self.client.gap(self.link, start, end)
+                finally:
+                    got, self._refill, self._refilled = self._refilled, None, []
+                out += [(m.stamp.link_seq, self.render(m)) for m in got]
+                self.refilled += len(got)
+                start = end + 1
+            out.sort(key=lambda item: item[0])
+            return out
+
+    def close_stream(self, stream: Stream) -> None:
+        self.streams.discard(stream)
+        stream.close("closed")
+
+    async def close(self, *, cancel: bool) -> None:
+        for stream in self.streams:
+            stream.close("cancelled")
+        self.streams.clear()
+        if cancel:
+            with contextlib.suppress(ApexpsError, OSError):
+                if self.apex_id is not None:
+                    await self.client.cancel(subscription_id=self.apex_id)
+                else:
+                    await self.client.cancel(self.request.topic)
+        await self.robust.close()
+        if self._pump is not None:
+            self._pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pump
+        await self.client.close()
+
+
+class Feeds:
+    """Every feed of the gateway, by id; `connect` reaches the broker."""
+
+    def __init__(self, connect: Connector, domain: str, *, replay: int = DEFAULT_REPLAY,
+                 stream_limit: int = DEFAULT_STREAM_QUEUE,
+                 max_feeds: int = DEFAULT_MAX_FEEDS) -> None:
+        self.connect, self.domain = connect, domain
+        self.replay, self.stream_limit, self.max_feeds = replay, stream_limit, max_feeds
+        self.feeds: dict[str, Feed] = {}
+        self._pending = 0
+
+    def endpoint(self, user: str, ident: str | None = None) -> Endpoint:
+        base = Endpoint.parse(user if "@" in user else f"{user}@{self.domain}")
+        return base if ident is None else Endpoint(base.address, base.domain, f"gw-{ident}")
+
+    async def subscribe(self, who: Credentials, request: SubscribeRequest) -> Feed:
+        """Open a feed; raises `HttpError` with the broker's refusal as an HTTP status."""
+        if len(self.feeds) + self._pending >= self.max_feeds:
+            raise HttpError(503, f"the gateway holds {self.max_feeds} subscriptions already")
+        ident = secrets.token_hex(8)
+        self._pending += 1
+        client: PubsubClient | None = None
+        robust: RobustSubscriber | None = None
+        try:
+            client = await self.connect(self.endpoint(who.user, ident), who)
+            robust = await RobustSubscriber.open(client)
+            apex_id = await client.subscribe(
+                request.topic, request.duration, link=robust.link, cached=request.cached,
+                selector=request.selector, selector_class=request.selector_class.value)
+        except BaseException as exc:
+            # Refused, unreachable, or the HTTP client went away (aiohttp cancels the
+            # handler): nothing of the attempt stays open here. A subscription the broker
+            # made before a cancel ends with its duration.
+            if robust is not None:
+                await robust.close()
+            if client is not None:
+                await client.close()
+            if isinstance(exc, ApexpsError):
+                raise _refusal(exc) from None
+            if isinstance(exc, OSError):
+                raise HttpError(503, "the broker is unreachable"
+                                     f" ({type(exc).__name__})") from None
+            raise
+        finally:
+            self._pending -= 1
+        feed = Feed(ident, who.user, request, client, robust, ReplayBuffer(self.replay),
+                    self.stream_limit, apex_id)
+        feed.start()
+        self.feeds[ident] = feed
+        log.info("gateway subscribed", subscription=ident, user=who.user, topic=request.topic,
+                 link=feed.link)
+        return feed
+
+    def get(self, ident: str, user: str) -> Feed:
+        feed = self.feeds.get(ident)
+        if feed is None or feed.user != user:  # another user's id is as good as none
+            raise HttpError(404, "no such subscription", "id")
+        return feed
+
+    async def cancel(self, ident: str, user: str) -> None:
+        feed = self.get(ident, user)
+        del self.feeds[ident]
+        await feed.close(cancel=True)
+        log.info("gateway cancelled", subscription=ident, user=user)
+
+    async def close(self) -> None:
+        feeds, self.feeds = list(self.feeds.values()), {}
+        for feed in feeds:
+            await feed.close(cancel=False)
+
+
+def _refusal(exc: ApexpsError) -> HttpError:
+    if isinstance(exc, ServiceNotAvailable):
+        return HttpError(503, f"the broker is unavailable: {exc}")
+    if exc.code == ReplyCode.PARAMETER_INVALID:
+        # The pubsub draft answers a subscribe to an unknown topic 553. Every other parameter
+        # of ours was checked here (`parse_subscribe`) or is ours (subscriber, link), so a 553
+        # is the topic's absence: 404, as a missing topic is 550 elsewhere.
+        return HttpError(404, f"{int(exc.code)} {exc}", "topic")
+    return http_status(exc)

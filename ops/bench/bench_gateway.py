@@ -1,0 +1,180 @@
+"""What the web gateway costs: publish -> browser-side receipt through SSE, and the gateway's
+CPU per delivered message.
+
+Run: `.venv/bin/python -m ops.bench.bench_gateway --bootstrap HOST:PORT [--clients 50]
+[--seconds 20] [--idle 0]` (default bootstrap: $APEXPS_BOOTSTRAP; no Kafka is started here).
+
+A broker (`apexps broker`) and a gateway (`apexps gateway`) run as processes of their own on
+that Kafka. This process plays the browsers: `--clients` SSE clients, each with one
+subscription to a topic of its own made by POST /subscriptions, and one APEX publisher that
+sends each topic one message per second (its send time in the content), spread evenly over the
+second. A client's receipt time minus the send time is the latency (same clock: one machine).
+`--idle` opens that many idle TCP connections to the gateway first and keeps them for the run.
+The gateway's CPU (utime + stime from /proc) over the measured window, divided by the messages
+the clients received, is its CPU per message. Every client checks its ids rise (link seqs:
+heartbeats leave holes), so nothing arrives twice or out of order. The first `--warmup` seconds
+are not measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+
+from adapters.client.pubsub_client import PubsubClient
+
+ROOT = Path(__file__).resolve().parents[2]
+PUBLISHING = 64
+APEXPS = [sys.executable, "-m", "adapters.cli.main", "--log-level", "warning"]
+
+
+async def _start(*args: str) -> tuple[asyncio.subprocess.Process, str]:
+    proc = await asyncio.create_subprocess_exec(*APEXPS, *args, cwd=ROOT,
+                                                stdout=asyncio.subprocess.PIPE)
+    assert proc.stdout is not None
+    return proc, (await asyncio.wait_for(proc.stdout.readline(), 120)).decode().split()[1]
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class _Client:
+    topic: str
+    latencies: list[float] = field(default_factory=list)
+    last: int = 0
+    broken: int = 0
+
+
+async def _follow(http: aiohttp.ClientSession, url: str, client: _Client,
+                  measuring: asyncio.Event, ready: asyncio.Event) -> None:
+    async with http.post(f"{url}/subscriptions", json={"topic": client.topic}) as r:
+        sub = await r.json()
+        assert r.status == 201, sub
+    async with http.get(sub["events"], timeout=aiohttp.ClientTimeout(total=None)) as r:
+        ready.set()
+        async for raw in r.content:
+            line = raw.decode()
+            if line.startswith("id: "):
+                seq = int(line[4:])
+                if seq <= client.last:  # heartbeats leave holes; a repeat is a bug
+                    client.broken += 1
+                client.last = seq
+            elif line.startswith("data: "):
+                sent = int(json.loads(line[6:])["content"])
+                if measuring.is_set():
+                    client.latencies.append((time.time_ns() - sent) / 1e6)
+
+
+async def _publish(pub: PubsubClient, topics: list[str], stop: asyncio.Event) -> int:
+    """Each topic once a second, spread over the second; up to PUBLISHING publications in
+    flight, so the rate does not hang on one Kafka acknowledgement at a time."""
+    loop = asyncio.get_running_loop()
+    step, sent, start = 1.0 / len(topics), 0, loop.time()
+    slots = asyncio.Semaphore(PUBLISHING)
+    flying: set[asyncio.Task[None]] = set()
+
+    async def one(topic: str) -> None:
+        try:
+            await pub.publish(topic, str(time.time_ns()).encode())
+        finally:
+            slots.release()
+
+    while not stop.is_set():
+        for k, topic in enumerate(topics):
+            due = start + sent // len(topics) + k * step
+            delay = due - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await slots.acquire()
+            task = asyncio.create_task(one(topic))
+            flying.add(task)
+            task.add_done_callback(flying.discard)
+            sent += 1
+    await asyncio.gather(*flying)
+    return sent
+
+
+async def main(args: argparse.Namespace) -> None:
+    ns = f"bench{uuid.uuid4().hex[:8]}"
+    broker, apex = await _start("broker", "--bootstrap", args.bootstrap, "--namespace", ns,
+                                "--listen", "127.0.0.1:0")
+    port = int(apex.rpartition(":")[2])
+    gateway, url = await _start("gateway", "--listen", "127.0.0.1:0", "--broker",
+                                f"127.0.0.1:{port}")
+    url = url.rstrip("/")
+    idle = []
+    try:
+        for _ in range(args.idle):
+            host, gw_port = url.removeprefix("http://").split(":")
+            idle.append(await asyncio.open_connection(host, int(gw_port)))
+        pub = await PubsubClient.connect("127.0.0.1", port, "bench@example.com")
+        topics = [f"bench.g{k}" for k in range(args.clients)]
+        for topic in topics:
+            await pub.create_topic(topic)
+        clients = [_Client(t) for t in topics]
+        measuring, stop = asyncio.Event(), asyncio.Event()
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(connector=connector) as http:
+            readies = [asyncio.Event() for _ in clients]
+            followers = [asyncio.create_task(_follow(http, url, c, measuring, r))
+                         for c, r in zip(clients, readies, strict=True)]
+            for ready in readies:
+                await asyncio.wait_for(ready.wait(), 300)
+            publishing = asyncio.create_task(_publish(pub, topics, stop))
+            await asyncio.sleep(args.warmup)
+            measuring.set()
+            cpu0, t0 = _cpu_seconds(gateway.pid), time.monotonic()
+            await asyncio.sleep(args.seconds)
+            measuring.clear()
+            cpu = _cpu_seconds(gateway.pid) - cpu0
+            elapsed = time.monotonic() - t0
+            stop.set()
+            await publishing
+            for task in followers:
+                task.cancel()
+        await pub.close()
+        lat = sorted(x for c in clients for x in c.latencies)
+        n = len(lat)
+        q = statistics.quantiles(lat, n=100) if n >= 2 else [float("nan")] * 99
+        print(f"clients {args.clients}  idle connections {args.idle}  window {elapsed:.1f} s")
+        print(f"received {n} ({n / elapsed:.0f}/s, {args.clients}/s asked)  out of order or"
+              " repeated:"
+              f" {sum(c.broken for c in clients)}")
+        print(f"publish -> SSE receipt: p50 {q[49]:.1f} ms  p99 {q[98]:.1f} ms"
+              f"  max {lat[-1] if lat else float('nan'):.1f} ms")
+        print(f"gateway CPU: {cpu:.2f} s over the window = {cpu / max(n, 1) * 1e6:.0f} µs"
+              " per message")
+    finally:
+        for _, writer in idle:
+            writer.close()
+        for proc in (gateway, broker):
+            proc.terminate()
+            await proc.wait()
+
+
+def _args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--bootstrap", default=os.environ.get("APEXPS_BOOTSTRAP"),
+                   required=os.environ.get("APEXPS_BOOTSTRAP") is None)
+    p.add_argument("--clients", type=int, default=50)
+    p.add_argument("--seconds", type=float, default=20.0)
+    p.add_argument("--warmup", type=float, default=5.0)
+    p.add_argument("--idle", type=int, default=0)
+    return p.parse_args(argv)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(_args()))
