@@ -48,15 +48,18 @@ from ._api import (
     SubscribeRequest,
     http_status,
     sse_event,
+    sse_reset,
 )
 
-__all__ = ["DEFAULT_STREAM_QUEUE", "Connector", "Feed", "Feeds", "Stream"]
+__all__ = ["CONTROL", "DEFAULT_STREAM_QUEUE", "Connector", "Feed", "Feeds", "Stream"]
 
 log = structlog.get_logger(__name__)
 
 #: Events a stream may have waiting for its client beyond a full replay: a client this far
 #: behind is not reading, and its stream is closed (it reconnects with Last-Event-ID).
 DEFAULT_STREAM_QUEUE = 256
+#: The "seq" of an event that is not a delivery (a reset): written whatever was sent before.
+CONTROL = -1
 #: Subscriptions the gateway holds at once (each is a BEEP session to the broker).
 DEFAULT_MAX_FEEDS = 2000
 
@@ -106,14 +109,12 @@ class Stream:
         self._ready.set()
 
     async def get(self) -> tuple[int, bytes] | None:
-        """The next event, or None once the stream is closed."""
+        """The next event, or None once the stream is closed and what it queued is out."""
         while not self._items:
             if self.closed is not None:
                 return None
             self._ready.clear()
             await self._ready.wait()
-        if self.closed is not None:
-            return None
         return self._items.popleft()
 
 
@@ -175,6 +176,8 @@ class Feed:
         try:
             async for message in self.robust.messages():
                 seq = message.stamp.link_seq
+                if self.buffer.next_epoch(message.stamp.epoch):
+                    self._reset(message.stamp.epoch)
                 event = self.render(message)
                 self.buffer.add(seq, event)
                 for stream in list(self.streams):
@@ -186,6 +189,17 @@ class Feed:
             log.error("gateway feed ended", subscription=self.id, error=str(exc))
         for stream in self.streams:
             stream.close("feed ended")
+
+    def _reset(self, epoch: int | None) -> None:
+        """The link started a new epoch: end every stream with `sse_reset` (their ids belong
+        to the old one); browsers come back with Last-Event-ID 0, the new epoch's start."""
+        log.warning("gateway feed's link was reset; its streams start afresh",
+                    subscription=self.id, epoch=epoch, streams=len(self.streams))
+        reset = sse_reset(epoch)
+        for stream in self.streams:
+            stream.offer(CONTROL, reset)
+            stream.close("link reset")
+        self.streams.clear()
 
     def open_stream(self, after: int | None) -> tuple[Stream, tuple[int, int] | None]:
         """A new reader that saw everything up to `after`: the buffered deliveries after it
