@@ -50,6 +50,7 @@ from adapters.beep import (
     GreetingReceived,
     LocalProtocolError,
     MessageReceived,
+    MessageRefused,
     Profile,
     ProtocolViolation,
     ReplyReceived,
@@ -277,6 +278,10 @@ class ApexServer:
                         violation_channel=event.channel, terminate=event.terminate)
             if event.terminate:
                 return True
+        elif isinstance(event, MessageRefused):
+            # Answered already (ERR 554) by the BEEP layer; the session and channel go on.
+            log.warning("message refused", code=event.code, refused_channel=event.channel,
+                        msgno=event.msgno, size=event.size, limit=event.limit)
         elif isinstance(event, GreetingReceived) and session.link is not None:
             self._links.greeted(session, event)
         elif isinstance(event, ChannelStarted | ChannelStartRefused) and session.link:

@@ -62,7 +62,8 @@ def continuity_svg(series: Sequence[tuple[str, int, int, int]]) -> tuple[str, in
     # Sources with holes first (they are what a reader looks for), then by name.
     order = sorted(by_source, key=lambda s: (-sum(h for _, _, h in by_source[s]), s))
     shown = order[:MAX_PANELS]
-    fig = Figure(figsize=(9, 1.2 + 1.3 * len(shown)))
+    # constrained: each panel's title clears the panel above it
+    fig = Figure(figsize=(9, 1.2 + 1.3 * len(shown)), layout="constrained")
     axes = fig.subplots(len(shown), 1, sharex=True, squeeze=False)[:, 0]
     # Bucket width for the bars: the smallest step between buckets of any source.
     steps = [b[0] - a[0] for rows in by_source.values()

@@ -19,6 +19,15 @@ a "*" frame the next frame on the channel must continue the same message: same k
 msgno), then the msgno rules, then size limits. Any failure is a `RemoteProtocolError` with
 `terminate=True`, because RFC 3080 §2.2.1.1 terminates the session for every poorly-formed frame.
 
+One limit is not a poorly-formed frame: a MSG whose frames add up to more than
+`max_message_size`. Every frame of it is well formed, and the peer is owed an answer, not a
+dead session (DESIGN invariant 7). So the channel stops keeping its payload the moment it would
+outgrow the cap -- what was held is let go, later frames are counted and dropped -- while every
+frame still goes through the same checks (window, seqno, continuation, msgno). Its last frame
+completes it as `Refused` instead of `Completed`, and the connection answers it with ERR. The
+channel therefore never holds more than the cap for a MSG. A reply that outgrows the cap still
+terminates: a reply cannot be answered, and the MSG it answers would wait for ever.
+
 `receive_whole()` is the fast path for what almost every frame is: a whole MSG, RPY or ERR in one
 frame, arriving when no message is half-received and, for a reply, answering the oldest MSG that
 has had no reply frame yet. It checks the same rules with the state such a frame leaves nothing
@@ -48,7 +57,7 @@ from ._errors import LocalProtocolError, RemoteProtocolError
 from ._frames import Frame, FrameType, frame_bytes, whole_frame_bytes
 from ._window import SEQNO_MODULUS, ReceiveWindow, SendWindow
 
-__all__ = ["REPLY_TRANSITIONS", "Channel", "Completed", "ReplyState"]
+__all__ = ["REPLY_TRANSITIONS", "Channel", "Completed", "Refused", "ReplyState"]
 
 
 class ReplyState(Enum):
@@ -90,6 +99,14 @@ class Completed(NamedTuple):
     msgno: int
     payload: bytes
     ansno: int | None = None
+
+
+class Refused(NamedTuple):
+    """A MSG that outgrew `max_message_size`: all its frames arrived, its payload was dropped."""
+
+    msgno: int
+    #: Octets the whole message carried (the sum of its frames' sizes).
+    size: int
 
 
 @dataclass(slots=True)
@@ -135,9 +152,9 @@ _AWAITING = ReplyState.AWAITING
 class Channel:
     """State of one open channel (channel zero included)."""
 
-    __slots__ = ("_config", "_inbound", "_last_intermediate", "_msg_partial", "_next_msgno",
-                 "_outbound", "backlog", "closing", "number", "profile", "queue", "recv",
-                 "send")
+    __slots__ = ("_config", "_inbound", "_last_intermediate", "_msg_dropped", "_msg_partial",
+                 "_next_msgno", "_outbound", "backlog", "closing", "number", "profile", "queue",
+                 "recv", "send")
 
     def __init__(self, number: int, profile: str, config: BeepConfig) -> None:
         self.number = number
@@ -151,6 +168,8 @@ class Channel:
         self._outbound: dict[int, _Outbound] = {}
         self._inbound: dict[int, _Inbound] = {}
         self._msg_partial: tuple[int, bytearray] | None = None
+        #: Octets so far of the MSG in progress once it outgrew the cap (None: it is kept).
+        self._msg_dropped: int | None = None
         self._last_intermediate: tuple[FrameType, int] | None = None
         #: Messages to send, whole, in order; not empty: the channel has frames to write.
         self.queue: deque[_Outgoing] = deque()
@@ -166,8 +185,9 @@ class Channel:
         """Treat `msgno` as a MSG we sent (channel zero's msgno 0 awaits the greeting)."""
         self._outbound[msgno] = _Outbound()
 
-    def receive(self, frame: Frame) -> Completed | None:
-        """Account for one data frame; return the message it completes, if any.
+    def receive(self, frame: Frame) -> Completed | Refused | None:
+        """Account for one data frame; return the message it completes, if any (`Refused`: a
+        MSG that outgrew `max_message_size`, to be answered with ERR; see the module docstring).
 
         Raises:
             RemoteProtocolError: the frame is poorly formed for this channel (terminate).
@@ -197,7 +217,7 @@ class Channel:
             return False
         config = self._config
         if size > config.max_message_size:
-            return False
+            return False  # `receive()` refuses a MSG (Refused) and terminates on a reply
         if ftype is _MSG:
             inbound = self._inbound
             if (self._msg_partial is not None or msgno in inbound
@@ -221,14 +241,16 @@ class Channel:
         return True
 
     def _check_size(self, held: int, frame: Frame) -> None:
+        # Replies only: a MSG over the cap is refused, not a violation (module docstring).
         if held + frame.size > self._config.max_message_size:
             raise _violation(
                 f"message exceeds {self._config.max_message_size} octets",
                 ReplyCode.TRANSACTION_FAILED,
             )
 
-    def _receive_msg(self, frame: Frame) -> Completed | None:
-        if self._msg_partial is None:
+    def _receive_msg(self, frame: Frame) -> Completed | Refused | None:
+        partial = self._msg_partial
+        if partial is None:
             if frame.msgno in self._inbound:
                 raise _violation(f"MSG {frame.msgno} reuses a message number still awaiting"
                                  " our reply")
@@ -236,14 +258,26 @@ class Channel:
                 raise _violation(
                     f"more than {self._config.max_pending_messages} MSGs pending on channel"
                     f" {self.number}", ReplyCode.TRANSACTION_FAILED)
+            partial = self._msg_partial = (frame.msgno, bytearray())
+        buffer = partial[1]
+        dropped = self._msg_dropped
+        if dropped is None and len(buffer) + frame.size > self._config.max_message_size:
+            # Let go of what was kept (a fresh buffer, so the old one is freed, not emptied in
+            # place) and from now on only count (module docstring).
+            dropped = len(buffer)
             self._msg_partial = (frame.msgno, bytearray())
-        buffer = self._msg_partial[1]
-        self._check_size(len(buffer), frame)
-        buffer += frame.payload
+        if dropped is None:
+            buffer += frame.payload
+        else:
+            dropped += frame.size
         if frame.more:
+            self._msg_dropped = dropped
             return None
         self._msg_partial = None
+        self._msg_dropped = None
         self._inbound[frame.msgno] = _Inbound()
+        if dropped is not None:
+            return Refused(frame.msgno, dropped)
         return Completed(FrameType.MSG, frame.msgno, bytes(buffer))
 
     def _receive_reply(self, frame: Frame) -> Completed | None:
@@ -423,6 +457,11 @@ class Channel:
     def all_acknowledged(self) -> bool:
         """Has every MSG we sent had at least one reply frame (RFC 3080 §2.3.1.3)?"""
         return all(o.reply is not ReplyState.AWAITING for o in self._outbound.values())
+
+    @property
+    def msg_held(self) -> int:
+        """Octets of the peer's unfinished MSG kept for reassembly (never above the cap)."""
+        return len(self._msg_partial[1]) if self._msg_partial is not None else 0
 
     def is_quiescent(self) -> bool:
         """No MSG in flight either way and nothing queued: the channel may be closed."""

@@ -12,8 +12,11 @@ answer, and requests we made that the peer will answer.
 any exception besides RemoteProtocolError then that's a bug"; we go further and raise nothing):
 a poorly-formed frame becomes a `ProtocolViolation(terminate=True)` event and the session goes to
 TERMINATED without a reply (RFC 3080 §2.2.1.1); a poorly-formed channel-zero MSG is answered with
-an `error` element (RFC 3080 §2.3.1.5) and reported with `terminate=False`. Passing `b""` says the
-transport reached end-of-file. Once the session is CLOSED or TERMINATED further bytes are ignored.
+an `error` element (RFC 3080 §2.3.1.5) and reported with `terminate=False`. A MSG that outgrows
+`max_message_size` on any channel is not a poorly-formed frame: the connection answers it with an
+ERR carrying an `error` element (554) and reports `MessageRefused`; the session goes on. Passing
+`b""` says the transport reached end-of-file. Once the session is CLOSED or TERMINATED further
+bytes are ignored.
 
 Commands raise `LocalProtocolError` when the protocol forbids them, before changing anything.
 Their bytes, and SEQ frames, accumulate until `data_to_send()` collects them (h2's model), as a
@@ -53,7 +56,7 @@ from typing import NamedTuple
 
 from common.errors import ReplyCode
 
-from ._channel import Channel, Completed
+from ._channel import Channel, Completed, Refused
 from ._config import MAX_NUMBER, BeepConfig, Role
 from ._errors import BeepProtocolError, LocalProtocolError, RemoteProtocolError
 from ._events import (
@@ -66,6 +69,7 @@ from ._events import (
     Event,
     GreetingReceived,
     GreetingRefused,
+    MessageRefused,
     ProtocolViolation,
     SessionClosed,
     message_event,
@@ -186,6 +190,15 @@ class BeepConnection:
         return self._decoder.buffered
 
     @property
+    def held_msg_bytes(self) -> int:
+        """Octets of the peer's unfinished MSGs kept for reassembly: at most
+        `max_message_size` per channel, since a MSG that outgrows it is dropped as it comes."""
+        total = 0
+        for channel in self._channels.values():
+            total += channel.msg_held
+        return total
+
+    @property
     def backlog(self) -> int:
         """Octets queued on the channels that the peer's windows do not let out yet."""
         total = 0
@@ -294,12 +307,28 @@ class BeepConnection:
                                       " (RFC 3080 §2.2.1.1)")
         completed = channel.receive(frame)
         if completed is not None:
-            if frame.channel == 0:
+            if isinstance(completed, Refused):
+                self._refuse(channel, completed, events)
+            elif frame.channel == 0:
                 self._on_management(completed, events)
             else:
                 events.append(message_event(frame.channel, completed.type, completed.msgno,
                                             completed.payload, completed.ansno))
         self._window_update(frame.channel)
+
+    def _refuse(self, channel: Channel, refused: Refused, events: list[Event]) -> None:
+        # The session answers, not the profile: the message never existed for the application.
+        # 554, not 550: RFC 3080 §8 gives 550 for "requested action not taken (e.g., no
+        # requested profiles are acceptable)" -- the request was fine, nothing could take it --
+        # and 554 for "transaction failed (e.g., policy violation)": a size cap is a policy
+        # of this peer, and the same message in smaller parts would succeed.
+        limit = self.config.max_message_size
+        text = (f"message of {refused.size} octets exceeds the limit of {limit} octets this"
+                " peer accepts (max_message_size); send it in smaller messages")
+        code = int(ReplyCode.TRANSACTION_FAILED)
+        self._reply_error(refused.msgno, code, text, channel)
+        events.append(MessageRefused(channel.number, refused.msgno, code, text, refused.size,
+                                     limit))
 
     def _window_update(self, number: int) -> None:
         channel = self._channels.get(number)
@@ -637,10 +666,12 @@ class BeepConnection:
             self._flush()
         return ansno
 
-    def _reply_error(self, msgno: int, code: int, text: str) -> None:
-        # Queued in MSG order behind earlier channel-zero replies (RFC 3080 §2.6.1) and, before
-        # our greeting is out, behind the greeting (see _flush).
-        self._channels[0].queue_reply(FrameType.ERR, msgno, _xml(Error(code, text)))
+    def _reply_error(self, msgno: int, code: int, text: str,
+                     channel: Channel | None = None) -> None:
+        # Queued in MSG order behind earlier replies on the channel (RFC 3080 §2.6.1) and,
+        # before our greeting is out, behind the greeting (see _flush).
+        target = self._channels[0] if channel is None else channel
+        target.queue_reply(FrameType.ERR, msgno, _xml(Error(code, text)))
 
     def _require_open(self, what: str) -> None:
         if self.state is not SessionState.OPEN:

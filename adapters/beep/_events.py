@@ -28,6 +28,7 @@ __all__ = [
     "GreetingReceived",
     "GreetingRefused",
     "MessageReceived",
+    "MessageRefused",
     "ProtocolViolation",
     "ReplyReceived",
     "SaslAuthenticated",
@@ -122,6 +123,27 @@ class MessageReceived(Event):
     body: bytes
     #: The Content-Transfer-Encoding (default binary); not applied to `body`.
     transfer_encoding: str = "binary"
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRefused(Event):
+    """The peer's MSG outgrew `BeepConfig.max_message_size`. Its frames were accounted for as
+    any others and their payload dropped as they came; the connection has answered it with an
+    ERR carrying RFC 3080's `error` element itself. The application never sees the message and
+    owes it no reply: log it (one line) and carry on -- the session is unharmed."""
+
+    #: Channel number.
+    channel: int
+    #: The refused MSG's message number.
+    msgno: int
+    #: The reply code sent: 554, "transaction failed (e.g., policy violation)" (RFC 3080 §8).
+    code: int
+    #: The diagnostic sent in the `error` element.
+    text: str
+    #: Octets the whole message carried.
+    size: int
+    #: The limit it broke (`max_message_size`).
+    limit: int
 
 
 @dataclass(frozen=True, slots=True)

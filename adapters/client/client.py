@@ -49,6 +49,7 @@ from adapters.beep import (
     GreetingReceived,
     LocalProtocolError,
     MessageReceived,
+    MessageRefused,
     PlainClient,
     ProtocolViolation,
     ReplyReceived,
@@ -237,6 +238,10 @@ class ApexClient:
                     future.set_exception(exc)
         elif isinstance(event, MessageReceived):
             self._incoming(event)
+        elif isinstance(event, MessageRefused):
+            # The relay sent more than our BeepConfig takes; the BEEP layer answered it (554).
+            log.warning("message refused", code=event.code, refused_channel=event.channel,
+                        msgno=event.msgno, size=event.size, limit=event.limit)
         else:
             self._events.put_nowait(event)
 

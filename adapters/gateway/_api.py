@@ -46,7 +46,9 @@ __all__ = [
     "parse_subscribe",
     "parse_ws",
     "sse_comment",
+    "sse_end",
     "sse_event",
+    "sse_reset",
 ]
 
 #: Deliveries each subscription keeps for streams that reconnect: enough for a browser that
@@ -225,8 +227,24 @@ class Replayed:
     items: tuple[tuple[int, bytes], ...]
 
 
+def sse_end(reason: str) -> bytes:
+    """The event that ends a stream for good: the broker ended the subscription (expiry, the
+    topic deleted). No id: a reconnect gets 404, and EventSource stops."""
+    text = json.dumps({"end": True, "reason": reason}, separators=(",", ":"))
+    return f"event: end\ndata: {text}\n\n".encode()
+
+
+def sse_reset(epoch: int | None) -> bytes:
+    """The event that ends a stream when its link was reset (a new epoch: link seqs start
+    again). Its id is 0, the reset's own link seq (invariant 3: 0 only on reset), so the
+    browser reconnects with Last-Event-ID 0 and gets the new epoch from its first seq."""
+    text = json.dumps({"reset": True, "epoch": epoch}, separators=(",", ":"))
+    return f"event: reset\nid: 0\ndata: {text}\n\n".encode()
+
+
 class ReplayBuffer:
-    """The last `size` deliveries of one subscription as (link seq, SSE bytes), seqs rising."""
+    """The last `size` deliveries of one subscription as (link seq, SSE bytes), seqs rising
+    within one epoch of the link."""
 
     def __init__(self, size: int = DEFAULT_REPLAY) -> None:
         if size < 1:
@@ -234,6 +252,20 @@ class ReplayBuffer:
         self._items: deque[tuple[int, bytes]] = deque(maxlen=size)
         #: the highest link seq that fell out of the buffer (0: none did)
         self.evicted = 0
+        #: the link epoch the seqs belong to (None: not known yet)
+        self.epoch: int | None = None
+
+    def next_epoch(self, epoch: int | None) -> bool:
+        """Note the epoch of the next delivery. A new one (the link was reset: robust-binding
+        §5.3, seqs start again) empties the buffer and returns True: every stream of the old
+        epoch must end with `sse_reset`, since its ids mean nothing in the new one."""
+        if epoch == self.epoch or (self.epoch is None and not self._items):
+            self.epoch = epoch
+            return False
+        self.epoch = epoch
+        self._items.clear()
+        self.evicted = 0
+        return True
 
     def __len__(self) -> int:
         return len(self._items)

@@ -41,7 +41,7 @@ from ._api import (
     parse_ws,
     sse_comment,
 )
-from ._feeds import Credentials, Feed, Feeds, Stream
+from ._feeds import CONTROL, Credentials, Feed, Feeds, Stream
 
 __all__ = ["Auth", "build_app", "open_streams"]
 
@@ -157,7 +157,8 @@ async def _topics(request: web.Request) -> web.Response:
     who = request.app[_AUTH](request)
     feeds = request.app[_FEEDS]
     try:
-        client = await feeds.connect(feeds.endpoint(who.user, "topics"), who)
+        # a session of its own per request: two at once must not attach one endpoint twice
+        client = await feeds.connect(feeds.endpoint(who.user, f"t{secrets.token_hex(4)}"), who)
     except ApexpsError as exc:
         raise HttpError(503, f"the broker is unavailable: {exc}") from None
     except OSError as exc:
@@ -218,7 +219,9 @@ async def _events(request: web.Request) -> web.StreamResponse:
             if item is None:
                 break
             seq, event = item
-            if seq > sent:
+            if seq == CONTROL:
+                await response.write(event)
+            elif seq > sent:
                 await response.write(event)
                 sent = seq
     except (ConnectionResetError, asyncio.CancelledError):
@@ -251,7 +254,10 @@ async def _websocket(request: web.Request) -> web.WebSocketResponse:
         while (item := await stream.get()) is not None:
             seq, event = item
             data = event.decode().split("data: ", 1)[1].strip()
-            await ws.send_str(f'{{"delivery":{data},"seq":{seq}}}')
+            if seq == CONTROL:  # a reset or the end: {"control": {"reset"|"end": …}}
+                await ws.send_str(f'{{"control":{data},"id":"{feed.id}"}}')
+            else:
+                await ws.send_str(f'{{"delivery":{data},"seq":{seq}}}')
         if stream.closed == "slow reader":
             await ws.close(code=1013, message=b"slow reader")
 

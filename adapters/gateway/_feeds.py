@@ -37,7 +37,7 @@ from typing import Any
 import structlog
 
 from adapters.apex.endpoint import Endpoint
-from adapters.client.pubsub_client import Delivered, LinkTraffic, PubsubClient
+from adapters.client.pubsub_client import Delivered, Ended, LinkTraffic, PubsubClient
 from adapters.client.robust_client import Message, RobustSubscriber
 from common.errors import ApexpsError, ReplyCode, ServiceNotAvailable
 
@@ -47,16 +47,20 @@ from ._api import (
     ReplayBuffer,
     SubscribeRequest,
     http_status,
+    sse_end,
     sse_event,
+    sse_reset,
 )
 
-__all__ = ["DEFAULT_STREAM_QUEUE", "Connector", "Feed", "Feeds", "Stream"]
+__all__ = ["CONTROL", "DEFAULT_STREAM_QUEUE", "Connector", "Feed", "Feeds", "Stream"]
 
 log = structlog.get_logger(__name__)
 
 #: Events a stream may have waiting for its client beyond a full replay: a client this far
 #: behind is not reading, and its stream is closed (it reconnects with Last-Event-ID).
 DEFAULT_STREAM_QUEUE = 256
+#: The "seq" of an event that is not a delivery (a reset): written whatever was sent before.
+CONTROL = -1
 #: Subscriptions the gateway holds at once (each is a BEEP session to the broker).
 DEFAULT_MAX_FEEDS = 2000
 
@@ -106,14 +110,12 @@ class Stream:
         self._ready.set()
 
     async def get(self) -> tuple[int, bytes] | None:
-        """The next event, or None once the stream is closed."""
+        """The next event, or None once the stream is closed and what it queued is out."""
         while not self._items:
             if self.closed is not None:
                 return None
             self._ready.clear()
             await self._ready.wait()
-        if self.closed is not None:
-            return None
         return self._items.popleft()
 
 
@@ -137,6 +139,9 @@ class Feed:
     _refilled: list[Message] = field(default_factory=list)
     _refill_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _pump: asyncio.Task[None] | None = None
+    _watch: asyncio.Task[None] | None = None
+    #: told when the broker ends the subscription by itself (expiry, topic deleted)
+    on_end: Callable[[Feed], None] | None = None
     #: deliveries the feed had from the broker again (gap fill) for reconnecting streams
     refilled: int = 0
 
@@ -158,6 +163,28 @@ class Feed:
 
         self.client.listen_link(self.link, traffic)
         self._pump = asyncio.create_task(self._run(), name=f"gateway-feed-{self.id}")
+        self._watch = asyncio.create_task(self._watch_end(), name=f"gateway-end-{self.id}")
+
+    async def _watch_end(self) -> None:
+        """The service's cancel of our subscription (draft §4.4: on expiry or when the topic
+        goes) ends the feed: each stream gets `sse_end`, and the gateway forgets the id."""
+        try:
+            async for event in self.client.events():
+                if not isinstance(event, Ended) or event.topic != self.request.topic or (
+                        event.subscription_id not in (None, self.apex_id)):
+                    continue
+                log.info("gateway subscription ended by the broker", subscription=self.id,
+                         user=self.user, topic=self.request.topic)
+                end = sse_end("the broker ended the subscription")
+                for stream in self.streams:
+                    stream.offer(CONTROL, end)
+                    stream.close("ended")
+                self.streams.clear()
+                if self.on_end is not None:
+                    self.on_end(self)
+                return
+        except ApexpsError:
+            return  # the connection is gone for good: the pump says so
 
     def render(self, message: Message) -> bytes:
         stamp = message.stamp
@@ -175,6 +202,8 @@ class Feed:
         try:
             async for message in self.robust.messages():
                 seq = message.stamp.link_seq
+                if self.buffer.next_epoch(message.stamp.epoch):
+                    self._reset(message.stamp.epoch)
                 event = self.render(message)
                 self.buffer.add(seq, event)
                 for stream in list(self.streams):
@@ -186,6 +215,17 @@ class Feed:
             log.error("gateway feed ended", subscription=self.id, error=str(exc))
         for stream in self.streams:
             stream.close("feed ended")
+
+    def _reset(self, epoch: int | None) -> None:
+        """The link started a new epoch: end every stream with `sse_reset` (their ids belong
+        to the old one); browsers come back with Last-Event-ID 0, the new epoch's start."""
+        log.warning("gateway feed's link was reset; its streams start afresh",
+                    subscription=self.id, epoch=epoch, streams=len(self.streams))
+        reset = sse_reset(epoch)
+        for stream in self.streams:
+            stream.offer(CONTROL, reset)
+            stream.close("link reset")
+        self.streams.clear()
 
     def open_stream(self, after: int | None) -> tuple[Stream, tuple[int, int] | None]:
         """A new reader that saw everything up to `after`: the buffered deliveries after it
@@ -232,10 +272,11 @@ class Feed:
                 else:
                     await self.client.cancel(self.request.topic)
         await self.robust.close()
-        if self._pump is not None:
-            self._pump.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._pump
+        for task in (self._pump, self._watch):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self.client.close()
 
 
@@ -249,6 +290,7 @@ class Feeds:
         self.replay, self.stream_limit, self.max_feeds = replay, stream_limit, max_feeds
         self.feeds: dict[str, Feed] = {}
         self._pending = 0
+        self._closing: set[asyncio.Task[None]] = set()
 
     def endpoint(self, user: str, ident: str | None = None) -> Endpoint:
         base = Endpoint.parse(user if "@" in user else f"{user}@{self.domain}")
@@ -286,11 +328,19 @@ class Feeds:
             self._pending -= 1
         feed = Feed(ident, who.user, request, client, robust, ReplayBuffer(self.replay),
                     self.stream_limit, apex_id)
+        feed.on_end = self._ended
         feed.start()
         self.feeds[ident] = feed
         log.info("gateway subscribed", subscription=ident, user=who.user, topic=request.topic,
                  link=feed.link)
         return feed
+
+    def _ended(self, feed: Feed) -> None:
+        if self.feeds.get(feed.id) is feed:
+            del self.feeds[feed.id]
+        task = asyncio.create_task(feed.close(cancel=False))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     def get(self, ident: str, user: str) -> Feed:
         feed = self.feeds.get(ident)
@@ -308,6 +358,7 @@ class Feeds:
         feeds, self.feeds = list(self.feeds.values()), {}
         for feed in feeds:
             await feed.close(cancel=False)
+        await asyncio.gather(*self._closing, return_exceptions=True)
 
 
 def _refusal(exc: ApexpsError) -> HttpError:

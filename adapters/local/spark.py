@@ -99,6 +99,13 @@ def python_bundle(dest_dir: Path) -> tuple[Path, Path]:
     return packages, schemas
 
 
+def _shipped(spark: Any) -> bool:
+    """Whether the running context has apexps's Python already: a second `session` call in one
+    process (a command run inside a job) gets the running context back, and Spark refuses a
+    file name added again from another path."""
+    return any(f"{_SHIPPED_AVRO}.zip" in path for path in spark.sparkContext.listArchives)
+
+
 def local_session(
     app_name: str = "apexps",
     master: str = "local[2]",
@@ -153,7 +160,7 @@ def session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    if ship:
+    if ship and not _shipped(spark):
         # (The zip must outlive the call: the driver serves it to executors as they start.)
         packages, schemas = python_bundle(Path(tempfile.mkdtemp(prefix="apexps-spark-")))
         spark.sparkContext.addPyFile(str(packages))

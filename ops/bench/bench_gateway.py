@@ -11,9 +11,9 @@ sends each topic one message per second (its send time in the content), spread e
 second. A client's receipt time minus the send time is the latency (same clock: one machine).
 `--idle` opens that many idle TCP connections to the gateway first and keeps them for the run.
 The gateway's CPU (utime + stime from /proc) over the measured window, divided by the messages
-the clients received, is its CPU per message. Every client checks its ids rise (link seqs:
-heartbeats leave holes), so nothing arrives twice or out of order. The first `--warmup` seconds
-are not measured.
+the clients received, is its CPU per message (the broker's is printed beside it). Every client
+checks its ids rise (link seqs: heartbeats leave holes), so nothing arrives twice or out of
+order. The first `--warmup` seconds are not measured.
 """
 
 from __future__ import annotations
@@ -137,9 +137,11 @@ async def main(args: argparse.Namespace) -> None:
             await asyncio.sleep(args.warmup)
             measuring.set()
             cpu0, t0 = _cpu_seconds(gateway.pid), time.monotonic()
+            broker0 = _cpu_seconds(broker.pid)
             await asyncio.sleep(args.seconds)
             measuring.clear()
             cpu = _cpu_seconds(gateway.pid) - cpu0
+            broker_cpu = _cpu_seconds(broker.pid) - broker0
             elapsed = time.monotonic() - t0
             stop.set()
             await publishing
@@ -157,6 +159,8 @@ async def main(args: argparse.Namespace) -> None:
               f"  max {lat[-1] if lat else float('nan'):.1f} ms")
         print(f"gateway CPU: {cpu:.2f} s over the window = {cpu / max(n, 1) * 1e6:.0f} µs"
               " per message")
+        print(f"broker CPU: {broker_cpu:.2f} s = {broker_cpu / max(n, 1) * 1e6:.0f} µs per"
+              f" message; load average {os.getloadavg()[0]:.1f}")
     finally:
         for _, writer in idle:
             writer.close()

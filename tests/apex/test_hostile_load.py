@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from adapters.apex.server import APEX_WINDOW
 from adapters.beep import (
     DEFAULT_MAX_MESSAGE_SIZE,
     BeepConnection,
     ChannelStarted,
     FrameDecoder,
+    FrameType,
     GreetingReceived,
     Role,
     SeqFrame,
@@ -143,9 +143,9 @@ def test_silent_connections_are_closed_by_the_greeting_timeout(
     assert _peak_rss_kb(proc.pid) < RSS_BOUND_KB
 
 
-async def _huge_message(port: int) -> int:
-    """Start an APEX channel, then send one MSG of frames declaring 100 MB in all, obeying the
-    server's flow control; return the octets of it sent before the server hung up."""
+async def _huge_message(port: int) -> tuple[int, bytes]:
+    """Start an APEX channel, then send one MSG of frames making 100 MB in all, obeying the
+    server's flow control; return the octets sent and the payload of the server's ERR to it."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     conn = BeepConnection(Role.INITIATOR)
     conn.send_greeting()
@@ -161,11 +161,11 @@ async def _huge_message(port: int) -> int:
                 channel = event.channel
         writer.write(conn.data_to_send())
     # From here on we write raw frames: MSG 1 on `channel`, "*" (more to come), 100 MB in all.
-    declared, chunk = 100 * 1024 * 1024, b"x" * 4096
+    declared, chunk = 100 * 1024 * 1024, b"x" * 60 * 1024
     decoder, seqno, limit, sent = FrameDecoder(), 0, 4096, 0
     try:
-        while sent < declared:
-            room = min(limit - seqno, len(chunk))
+        while True:
+            room = min(limit - seqno, len(chunk), declared - sent)
             if room > 0:
                 more = "*" if sent + room < declared else "."
                 writer.write(f"MSG {channel} 1 {more} {seqno} {room}\r\n".encode()
@@ -175,17 +175,16 @@ async def _huge_message(port: int) -> int:
                 continue
             await writer.drain()
             data = await asyncio.wait_for(reader.read(65536), 20)
-            if not data:
-                break  # the server hung up: what we want
+            assert data, f"the server hung up after {sent} octets"
             decoder.feed(data)
             while (frame := decoder.next_frame()) is not None:
                 if isinstance(frame, SeqFrame) and frame.channel == channel:
                     limit = frame.ackno + frame.window
-    except ConnectionError:
-        pass  # reset while we were writing: also a hang-up
+                elif not isinstance(frame, SeqFrame) and frame.channel == channel:
+                    assert (frame.type, frame.msgno, frame.more) == (FrameType.ERR, 1, False)
+                    return sent, frame.payload
     finally:
         writer.close()
-    return sent
 
 
 async def _oversized_frame(port: int) -> bytes:
@@ -214,16 +213,19 @@ async def _oversized_frame(port: int) -> bytes:
 
 
 @pytest.mark.slow
-def test_a_100_megabyte_message_is_cut_off_at_the_message_limit(
+def test_a_100_megabyte_message_is_refused_in_bounded_memory(
         server: tuple[subprocess.Popen[bytes], int]) -> None:
-    """Frames summing to 100 MB: the server hangs up once the message passes its 4 MB limit,
-    without buffering the rest; a single frame declaring 100 MB is refused at its header; the
-    server keeps serving and its peak RSS stays bounded."""
+    """Frames summing to 100 MB: the server keeps none of it past its 4 MB limit and answers
+    the whole message with ERR 554 (DESIGN invariant 7); a single frame declaring 100 MB is
+    refused at its header (a poorly-formed frame: hang-up); the server keeps serving and its
+    peak RSS stays bounded."""
     proc, port = server
-    sent = asyncio.run(_huge_message(port))
-    # It took at most the limit plus what flow control let us have in flight.
-    assert sent <= DEFAULT_MAX_MESSAGE_SIZE + 2 * APEX_WINDOW
-    assert sent >= DEFAULT_MAX_MESSAGE_SIZE // 2
+    sent, refusal = asyncio.run(_huge_message(port))
+    # All of it went through flow control, dropped as it came; the answer names the limit.
+    assert sent == 100 * 1024 * 1024
+    assert refusal.endswith(b"<error code='554'>message of 104857600 octets exceeds the limit"
+                            b" of %d octets this peer accepts (max_message_size); send it in"
+                            b" smaller messages</error>\r\n" % DEFAULT_MAX_MESSAGE_SIZE)
     assert asyncio.run(_oversized_frame(port)).startswith(b"RPY 0 0 . 0 ")
     assert asyncio.run(_exchange(port)) == b"still serving"
     assert _peak_rss_kb(proc.pid) < 100 * 1024

@@ -499,7 +499,8 @@ _GUARD_CASES: dict[str, tuple[BeepConfig, list[tuple[Any, ...]], str]] = {
     "window overrun": (BeepConfig(), [("inject", "server", _msg(0, 0, b"x" * 4200))],
                        "overruns the window"),
     "message size": (BeepConfig(max_message_size=3000),
-                     [("inject", "server", _msg(0, 0, b"x" * 3500))], "message exceeds 3000"),
+                     [("inject", "server", _msg(0, 0, b"x" * 3500))],
+                     "exceeds the limit of 3000 octets"),
     "msgno reused": (BeepConfig(), [("inject", "server", _msg(0, 0, b"a") + _msg(0, 3, b"b"))],
                      "reuses a message number"),
     "too many pending": (BeepConfig(max_pending_messages=2), [

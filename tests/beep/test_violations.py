@@ -8,6 +8,7 @@ from adapters.beep import (
     BeepConfig,
     BeepConnection,
     MessageReceived,
+    MessageRefused,
     ProtocolViolation,
     Role,
     SessionClosed,
@@ -167,8 +168,9 @@ def test_too_many_pending_msgs_terminates() -> None:
     assert_terminated(pair.listener, pair.send(pair.initiator), 554)
 
 
-def test_oversized_message_terminates() -> None:
-    """A message growing beyond max_message_size over several frames ends the session."""
+def test_oversized_message_is_refused_not_fatal() -> None:
+    """A message growing beyond max_message_size over several frames is answered with ERR 554
+    by the session; the session stays open (tests/beep/test_message_cap.py has the rest)."""
     pair = ConnectionPair(config=BeepConfig(max_message_size=5000))
     pair.open()
     pair.start()
@@ -176,7 +178,11 @@ def test_oversized_message_terminates() -> None:
     assert events == []
     pair.listener.data_to_send()
     wire = b"MSG 1 0 . 3000 3000\r\n" + b"x" * 3000 + b"END\r\n"
-    assert_terminated(pair.listener, pair.listener.receive_data(wire), 554)
+    [refused] = pair.listener.receive_data(wire)
+    assert isinstance(refused, MessageRefused)
+    assert (refused.code, refused.size, refused.limit) == (554, 6000, 5000)
+    assert pair.listener.state is SessionState.OPEN
+    assert b"ERR 1 0 . 0 " in pair.listener.data_to_send()
 
 
 def test_poorly_formed_mime_in_msg_is_reported_not_fatal(pair: ConnectionPair) -> None:

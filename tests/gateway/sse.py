@@ -44,7 +44,7 @@ class SseReader:
             name, _, value = line.partition(":")
             value = value.removeprefix(" ")
             if name == "id":
-                ident = int(value)
+                ident = int(value) if value else None  # empty: the last id is cleared
             elif name == "event":
                 kind = value
             elif name == "data":

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from adapters.beep import DEFAULT_MAX_MESSAGE_SIZE as CAP
 from adapters.client.pubsub_client import Delivered, PubsubClient
 from broker.kafka_io import KafkaConfig, watermarks
-from common.errors import ApexpsError, InvalidMessage, InvalidParameter
+from common.errors import InvalidMessage, InvalidParameter, TransactionFailed
 from tests.integration.broker_process import start_broker
 
 pytestmark = pytest.mark.kafka
@@ -83,9 +84,17 @@ class _Broker:
         return await asyncio.wait_for(find(), 60)
 
     def peak_rss_kib(self) -> int:
-        """VmHWM: the most resident memory the broker process has ever had."""
+        """VmHWM: the most resident memory the broker process has had (since `reset_peak`)."""
+        return self._status_kib("VmHWM:")
+
+    def reset_peak(self) -> int:
+        """Reset VmHWM to the current RSS (proc(5), clear_refs "5"); return that RSS in KiB."""
+        Path(f"/proc/{self.proc.pid}/clear_refs").write_text("5")
+        return self._status_kib("VmRSS:")
+
+    def _status_kib(self, field: str) -> int:
         status = Path(f"/proc/{self.proc.pid}/status").read_text()
-        line = next(x for x in status.splitlines() if x.startswith("VmHWM:"))
+        line = next(x for x in status.splitlines() if x.startswith(field))
         return int(line.split()[1])
 
     async def close(self) -> None:
@@ -182,7 +191,7 @@ def test_topic_create_with_schemas_and_561_changes_nothing(kafka_config: KafkaCo
     asyncio.run(_create_and_publish(kafka_config, tmp_path))
 
 
-async def _hostile(config: KafkaConfig) -> tuple[int, int]:
+async def _hostile(config: KafkaConfig) -> tuple[int, int, int]:
     broker = await _broker(config)
     try:
         admin = await PubsubClient.connect("127.0.0.1", broker.port, ADMIN)
@@ -199,42 +208,51 @@ async def _hostile(config: KafkaConfig) -> tuple[int, int]:
         # 10 MB against the schema: over the broker's message cap, refused before any parse
         ten_mb = quote("1.0").replace(b"<issue-name>Example</issue-name>",
                                       b"<issue-name>x</issue-name>" * (10 * 1024 * 1024 // 25))
-        with pytest.raises(ApexpsError) as big:
+        rss = broker.reset_peak()
+        with pytest.raises(TransactionFailed, match=f"exceeds the limit of {CAP} octets") as big:
             await admin.publish("q", ten_mb, "application/beep+xml")
-        # It never reaches the schema: BEEP's 4 MiB message cap ends the session mid-message
-        # (RFC 3080 §2.2.1.1: a poorly-formed frame gets no reply), which the client sees as
-        # 421, the connection gone; the validator's own cap (the same 4 MiB) is checked in
-        # tests/broker/test_schemas.py.
-        violation = await broker.logged("protocol violation", code=554)
-        assert "exceeds" in str(violation.get("text")), violation
+        # It never reaches the schema: BEEP's 4 MiB message cap drops the payload as it comes
+        # and answers ERR 554 (DESIGN invariant 7: the session goes on); the validator's own
+        # cap (the same 4 MiB) is checked in tests/broker/test_schemas.py.
+        refused = await broker.logged("message refused", code=554)
+        assert refused["limit"] == CAP and int(str(refused["size"])) > len(ten_mb), refused
+        big_grown = broker.peak_rss_kib() - rss
+        assert _journal_size(config) == before
+        # the same connection goes on: a good message is journaled and delivered
+        await admin.publish("q", quote("1.5"), "application/beep+xml")
+        assert b"1.5" in (await _next_delivery(events)).content
         # Just under the cap, 300,000 elements the schema allows, then one it does not:
         # the validator's worst case, walked to the end, and refused.
         many = quote("1.0").replace(
             b"<issue-name>Example</issue-name>",
             b"<issue-name/>" * ((4 * 1024 * 1024 - 4096) // 13)).replace(
             b"<net-change-pct>1.0</net-change-pct>", b"<net-change-pct>x</net-change-pct>")
-        admin2 = await PubsubClient.connect("127.0.0.1", broker.port, ADMIN)
         with pytest.raises(InvalidMessage, match="net-change-pct"):
-            await admin2.publish("q", many, "application/beep+xml")
+            await admin.publish("q", many, "application/beep+xml")
         grown = broker.peak_rss_kib() - start_rss
-        assert _journal_size(config) == before
+        assert _journal_size(config) == before + 1
         # still serving
-        await admin2.publish("q", quote("2.0"), "application/beep+xml")
+        await admin.publish("q", quote("2.0"), "application/beep+xml")
         assert b"2.0" in (await _next_delivery(events)).content
+        assert not [r for r in broker.records if r.get("event") == "protocol violation"]
         await fred.close()
-        await admin2.close()
-        return int(big.value.code), grown
+        await admin.close()
+        return int(big.value.code), big_grown, grown
     finally:
         await broker.close()
 
 
 def test_hostile_schema_and_message_are_refused_in_bounded_memory(
         kafka_config: KafkaConfig) -> None:
-    """An importing XSD is 553; 10 MB is refused by size, never parsed (the BEEP session that
-    sent it ends: 421 to its client); a 4 MB message of 300,000 elements that fails at its end
-    is 561; the broker's peak RSS grows by a bounded
-    amount and it serves the next message."""
-    code, grown_kib = asyncio.run(_hostile(kafka_config))
-    assert code == 421, code
+    """An importing XSD is 553; 10 MB is refused by size, never parsed: ERR 554 naming the
+    limit, nothing journaled, the broker's peak RSS less than three times the cap above its RSS
+    before, and the same connection then publishes a message that is delivered; a 4 MB message
+    of 300,000 elements
+    that fails at its end is 561; the broker's peak RSS grows by a bounded amount and it serves
+    the next message."""
+    code, big_kib, grown_kib = asyncio.run(_hostile(kafka_config))
+    assert code == 554, code
+    print(f"the broker's peak RSS grew by {big_kib} KiB for 10 MB refused")
+    assert big_kib < 3 * CAP // 1024, f"10 MB refused grew the peak RSS by {big_kib} KiB"
     print(f"the broker's peak RSS grew by {grown_kib} KiB")
     assert grown_kib < 256 * 1024, f"the broker's peak RSS grew by {grown_kib} KiB"
