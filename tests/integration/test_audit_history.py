@@ -7,6 +7,7 @@ is exactly the findings the damage tool says it made."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import uuid
@@ -192,10 +193,16 @@ def _swapped(rows: list[Row], one: Row, two: Row | None) -> list[Row]:
     return out
 
 
+#: The suite runs one damage of each log on this (large) history; test_audit.py proves every
+#: kind on a small one. APEXPS_FULL_AUDIT=1 runs all six here (each is a copy of the namespace
+#: through Kafka and an audit of it: minutes each on a loaded two-core machine).
+FULL = os.environ.get("APEXPS_FULL_AUDIT") == "1"
+
+
 @pytest.mark.parametrize(("kind", "edit", "category"), [
     ("remove-link", _removed, "missing"),
-    ("dup-link", _duplicated, "duplicate"),
-    ("swap-link", _swapped, "reorder"),
+    *([("dup-link", _duplicated, "duplicate"), ("swap-link", _swapped, "reorder")]
+      if FULL else []),
 ])
 def test_link_damage_is_exactly_the_damage(history: dict[str, Any], kind: str, edit: Edit,
                                            category: str, tmp_path: Path) -> None:
@@ -223,8 +230,8 @@ def test_link_damage_is_exactly_the_damage(history: dict[str, Any], kind: str, e
 
 @pytest.mark.parametrize(("kind", "source", "edit", "category"), [
     ("remove-journal", "p4@example.com", _removed, "source_hole"),
-    ("dup-journal", "p1@example.com", _duplicated, "source_duplicate"),
-    ("swap-journal", "p2@example.com", _swapped, "source_order"),
+    *([("dup-journal", "p1@example.com", _duplicated, "source_duplicate"),
+       ("swap-journal", "p2@example.com", _swapped, "source_order")] if FULL else []),
 ])
 def test_journal_damage_is_exactly_the_damage(history: dict[str, Any], kind: str, source: str,
                                               edit: Edit, category: str,
