@@ -17,6 +17,7 @@ from adapters.apex.server import ApexServer
 from adapters.pubsub.handler import PubsubHandler
 from broker.access import AccessControl
 from broker.core import BrokerCore, OpenReport
+from broker.events import WatchTable
 from broker.holds import KafkaHolds
 from broker.kafka_io import KafkaConfig, Position
 from broker.names import SERVICE, WELL_KNOWN_TOPICS
@@ -45,14 +46,18 @@ class BrokerApp:
                  redistribute: list[tuple[str, str]] | None = None,
                  security: dict[str, Any] | None = None,
                  robust: RobustConfig | None = None, sequenced: bool = True,
-                 recent_bytes: int = DEFAULT_RECENT_BYTES) -> None:
+                 recent_bytes: int = DEFAULT_RECENT_BYTES,
+                 events: WatchTable | None = None) -> None:
         """`sequenced=False` serves the plain topic path (no link seqs, gap fill or
         heartbeats: what the robust benchmark compares against); `peers`: (domain, host, port)
         of relays to keep a link to (relay-relay mode); `accept_peers`: domains whose relays
         may bind to us; `redistribute`: (topic, domain) pairs this broker redistributes
         (draft §2.4); `security`: ApexServer's TLS and SASL settings (tls, require_tls, sasl,
         require_auth); `recent_bytes`: how much of what the journal follower read is kept in
-        memory for gap fills and repairs (broker/recent.py; 0: none, they read Kafka)."""
+        memory for gap fills and repairs (broker/recent.py; 0: none, they read Kafka).
+        `events`: the resource watch table with its Expires and implicit-watch policies
+        (docs/event-binding.md; default: `WatchTable()`)."""
+        self.events = events
         self.recent_bytes = recent_bytes
         self.security = dict(security or {})
         self.redistribute = list(redistribute or ())
@@ -80,7 +85,8 @@ class BrokerApp:
         self.handler = PubsubHandler(self.service, self.core.journal, self.server.send,
                                      self.core.links if self.sequenced else None,
                                      self.core.robust, items=self.core.items,
-                                     marks=self.core.fanout if self.sequenced else None)
+                                     marks=self.core.fanout if self.sequenced else None,
+                                     events=self.events)
         self.relay.register_service(SERVICE, self.handler)
         start = self.core.items.resume_positions()
         carried: set[tuple[str, Position]] = set()

@@ -29,6 +29,8 @@ from broker.pubsub.wkt import (
     subscription_message,
     subscription_message_id,
     topic_message,
+    watch_message,
+    watch_message_id,
 )
 from broker.records import Publication, Subscription, SubscriptionState, Topic
 from broker.robust.items import ItemStore
@@ -75,6 +77,17 @@ class WktPublisher:
             out.append(subscription_message(sub, service=self.service.endpoint, revision=rev,
                                             now_ms=now, content_type=BEEP_XML, ended=reason))
         return out
+
+    def watch_state(self, *, subscriber: str, resource: str, watch_id: str, events: str,
+                    expires: int, state: str, reason: str | None, created_at: int,
+                    ) -> Publication:
+        """A resource watch's state for WKT=Subscriptions (docs/event-binding.md §7)."""
+        rev, now = self._stamp(SUBSCRIPTIONS_TOPIC,
+                               watch_message_id(subscriber, resource, watch_id))
+        return watch_message(subscriber=subscriber, resource=resource, watch_id=watch_id,
+                             events=events, expires=expires, state=state, reason=reason,
+                             created_at=created_at, service=self.service.endpoint,
+                             revision=rev, now_ms=now, content_type=BEEP_XML)
 
     async def publish(self, pubs: list[Publication]) -> None:
         """Append `pubs` (on the event loop) and wait until Kafka holds them or refused."""

@@ -146,21 +146,19 @@ class WatchTable:
 
     # --- the subscriber's requests --------------------------------------------------------
 
-    def subscribe(self, subscriber: str, resource: Resource, watch_id: str, *, expires: int,
-                  events: Iterable[int], now: int, link: str, update: str | None = None,
-                  pending: bool = False) -> list[Notify]:
-        """§3.2.3-3.2.5, §3.3.1: create, refresh, update (`update` 'add' or 'remove' the
-        events from an existing watch's) or cancel (`expires` 0) a watch. Returns the Notifies:
-        the current state after a grant, the final one after a cancel. The granted Expires is
-        the watch's `expires` (`get`). Raises 571, 572, 568 (cancel or update of no watch),
-        554 (too many watches) before changing anything."""
+    def plan(self, subscriber: str, resource: Resource, watch_id: str, *, expires: int,
+             events: Iterable[int], now: int, link: str, update: str | None = None,
+             pending: bool = False) -> Watch | None:
+        """What `subscribe` with these arguments would make the watch (None: a cancel), or the
+        refusal it would raise, without changing anything: a caller with more checks of its
+        own makes them between the two."""
         key: WatchKey = (subscriber, resource, watch_id)
         old = self.get(key)
         asked = frozenset(events)
         if expires == 0:
             if old is None:
                 raise UnknownSubscription(f"no watch {watch_id!r} of {resource} to cancel")
-            return [self._end(old, Reason.DEACTIVATED)]
+            return None
         if update is not None:
             if old is None:
                 raise UnknownSubscription(f"no watch {watch_id!r} of {resource} to update")
@@ -173,11 +171,26 @@ class WatchTable:
         if old is None and sum(1 for w in self.of(subscriber)
                                if not w.implicit) >= self.max_per_subscriber:
             raise TransactionFailed(f"{subscriber} holds {self.max_per_subscriber} watches")
-        watch = Watch(subscriber, resource, watch_id, wanted, granted,
-                      None if granted == PERMANENT else now + granted * 1000,
-                      State.PENDING if pending and (old is None or old.state is State.PENDING)
-                      else State.ACTIVE,
-                      link, now if old is None else old.created_at)
+        return Watch(subscriber, resource, watch_id, wanted, granted,
+                     None if granted == PERMANENT else now + granted * 1000,
+                     State.PENDING if pending and (old is None or old.state is State.PENDING)
+                     else State.ACTIVE,
+                     link, now if old is None else old.created_at)
+
+    def subscribe(self, subscriber: str, resource: Resource, watch_id: str, *, expires: int,
+                  events: Iterable[int], now: int, link: str, update: str | None = None,
+                  pending: bool = False) -> list[Notify]:
+        """§3.2.3-3.2.5, §3.3.1: create, refresh, update (`update` 'add' or 'remove' the
+        events from an existing watch's) or cancel (`expires` 0) a watch. Returns the Notifies:
+        the current state after a grant, the final one after a cancel. The granted Expires is
+        the watch's `expires` (`get`). Raises 571, 572, 568 (cancel or update of no watch),
+        554 (too many watches) before changing anything."""
+        watch = self.plan(subscriber, resource, watch_id, expires=expires, events=events,
+                          now=now, link=link, update=update, pending=pending)
+        if watch is None:
+            old = self.get((subscriber, resource, watch_id))
+            assert old is not None
+            return [self._end(old, Reason.DEACTIVATED)]
         self._put(watch)
         return [Notify(watch, watch.state, current=watch.state is State.ACTIVE)]
 

@@ -1,0 +1,234 @@
+"""Resource event notification over the wire (docs/event-binding.md; the P2PSIP event draft's
+flows): real Kafka, real BEEP over TCP. The explicit flow (figure 4, F01-F04), refresh, update,
+Expires shortened, permanent, below min-expires and 0; the immediate Notify carrying the current
+state; expiry and deletion ending watches with their reasons; the implicit flow (figure 5); and
+Notifies riding the delivery path: link seqs without a hole, a gap fill resending one exactly,
+and the watch's state in WKT=Subscriptions."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from adapters.apex.events_codec import NotifyDoc, decode_events
+from adapters.app import BrokerApp
+from adapters.client.pubsub_client import Delivered, PubsubClient
+from broker.events import PERMANENT, ExpiresPolicy, ImplicitPolicy, Reason, State, WatchTable
+from broker.kafka_io import KafkaConfig
+from broker.records import PublishType
+from broker.robust.config import RobustConfig
+from common.errors import EventNotUnderstood, ExpiresTooBrief, NotTaken
+
+pytestmark = pytest.mark.kafka
+
+QUIET = RobustConfig(heartbeat_ms=600_000, max_gap=100)
+NOTIFY = "WKT=Notify"
+IMAGE, UPDATE, DROP = PublishType.IMAGE, PublishType.UPDATE, PublishType.DROP
+
+
+async def next_notify(events: AsyncIterator[object], timeout: float = 30,
+                      ) -> tuple[NotifyDoc, Delivered]:
+    """The next Notify delivered (other traffic skipped)."""
+    while True:
+        got = await asyncio.wait_for(anext(events), timeout)  # type: ignore[call-overload]
+        if isinstance(got, Delivered) and got.topic == NOTIFY:
+            doc = decode_events(got.content)
+            assert isinstance(doc, NotifyDoc)
+            return doc, got
+
+
+def contents(doc: NotifyDoc) -> list[bytes]:
+    return [v.content for v in doc.versions]
+
+
+async def _explicit(config: KafkaConfig) -> None:
+    table = WatchTable(policy=ExpiresPolicy(min_s=2, max_s=600))
+    async with BrokerApp(config, robust=QUIET, events=table) as app:
+        connect = lambda who: PubsubClient.connect("127.0.0.1", app.port, who)  # noqa: E731
+        pub, jade = await connect("pub@example.com"), await connect("jade@example.com")
+        await pub.create_topic("q.a")
+        await pub.publish("q.a", b"<q v='1' />", "application/xml", publish_type=IMAGE,
+                          message_id="IBM", implicit=False)
+        events = jade.events()
+
+        # F01/F02: the answer grants Expires; F03: at once a Notify with the current state
+        reply = await jade.watch("q.a/IBM", {1, 2, 3, 0x8001}, 60, watch_id="w1")
+        assert (reply.code, reply.expires, reply.events) == (250, 60, {1, 2, 3, 0x8001})
+        first, d1 = await next_notify(events)
+        assert (first.state, first.current, first.events) == (State.ACTIVE, True, frozenset())
+        assert contents(first) == [b"<q v='1' />"] and first.watch_id == "w1"
+        assert d1.stamp is not None and d1.stamp.topic == NOTIFY
+
+        # a later event in the list: a Notify naming it, carrying the change
+        await pub.publish("q.a", b"<q v='2' />", "application/xml", publish_type=UPDATE,
+                          message_id="IBM")
+        mod, d2 = await next_notify(events)
+        assert (mod.state, mod.events, contents(mod)) == (State.ACTIVE, {2}, [b"<q v='2' />"])
+        # an application event travels with the publication; the watch named it
+        await pub.publish("q.a", b"<q v='3' />", "application/xml", publish_type=UPDATE,
+                          message_id="IBM", event=0x8001)
+        app_ev, d3 = await next_notify(events)
+        assert app_ev.events == {2, 0x8001}
+        # the Notifies took consecutive seqs of jade's link, like data
+        seqs = [d.stamp.link_seq for d in (d1, d2, d3) if d.stamp is not None]
+        assert seqs == list(range(seqs[0], seqs[0] + 3))
+
+        # refresh: the same resource and id; a new grant and the current state again
+        reply = await jade.watch("q.a/IBM", {1, 2, 3}, 30, watch_id="w1")
+        assert reply.expires == 30
+        again, _ = await next_notify(events)
+        assert again.current and contents(again) == [b"<q v='1' />", b"<q v='2' />",
+                                                     b"<q v='3' />"]
+        # shortened, never lengthened
+        assert (await jade.watch("q.a/IBM", {1, 2, 3}, 10_000, watch_id="w1")).expires == 600
+        await next_notify(events)
+
+        # refusals change nothing: below min-expires (with it), events not understood,
+        # unknown resource
+        before = list(table.all())
+        with pytest.raises(ExpiresTooBrief) as brief:
+            await jade.watch("q.a/IBM", {1}, 1, watch_id="w1")
+        assert brief.value.min_expires == 2  # type: ignore[attr-defined]
+        with pytest.raises(EventNotUnderstood):
+            await jade.watch("q.a/IBM", {4}, 60, watch_id="w1")
+        with pytest.raises(NotTaken):
+            await jade.watch("q.nope/IBM", {1}, 60, watch_id="w9")
+        assert list(table.all()) == before
+
+        # an update removes 'modified': the next modification is not notified, the drop is
+        await jade.watch("q.a/IBM", {2}, 600, watch_id="w1", update="remove")
+        updated, _ = await next_notify(events)
+        assert updated.current
+        await pub.publish("q.a", b"<q v='4' />", "application/xml", publish_type=UPDATE,
+                          message_id="IBM")
+        await pub.publish("q.a", b"<gone />", "application/xml", publish_type=DROP,
+                          message_id="IBM")
+        deleted, dd = await next_notify(events)
+        assert (deleted.events, contents(deleted)) == ({3}, [b"<gone />"])
+
+        # a gap fill resends a Notify exactly: it rides the link like data
+        assert dd.stamp is not None
+        refilled: list[Delivered] = []
+        fill = asyncio.ensure_future(jade.gap(dd.stamp.link, dd.stamp.link_seq,
+                                              dd.stamp.link_seq))
+        doc, copy = await next_notify(events)
+        await fill
+        refilled.append(copy)
+        assert copy.stamp is not None and copy.stamp.refill
+        # (inline XML content may come back re-serialized: the same document, the same record)
+        assert doc == deleted and copy.stamp.source_seq == dd.stamp.source_seq
+
+        # Expires 0 cancels: 250 and a final terminated Notify, reason deactivated
+        reply = await jade.watch("q.a/IBM", {1}, 0, watch_id="w1")
+        assert (reply.code, reply.expires) == (250, 0)
+        last, _ = await next_notify(events)
+        assert (last.state, last.reason) == (State.TERMINATED, Reason.DEACTIVATED)
+        assert list(table.all()) == []
+
+        # the watch's states showed in jade's WKT=Subscriptions, terminated last
+        await jade.subscribe("WKT=Subscriptions", 600, cached=True)
+        await jade.watch("q.a/IBM", {1}, 60, watch_id="probe")
+        while True:
+            got = await asyncio.wait_for(anext(events), 30)
+            if isinstance(got, Delivered) and b"/probe</ps:message-id>" in got.content:
+                break
+            if isinstance(got, Delivered) and b"watch/q.a/IBM/w1" in got.content:
+                assert b"<current-status>TERMINATED</current-status>" in got.content
+                assert b"<reason>deactivated</reason>" in got.content
+        for c in (pub, jade):
+            await c.close()
+
+
+def test_explicit_subscription_flow(kafka_config: KafkaConfig) -> None:
+    """Figure 4: grant, immediate current-state Notify, event Notifies, refresh, update,
+    shortened Expires, refusals without a change, a gap fill of a Notify, cancel."""
+    asyncio.run(_explicit(kafka_config))
+
+
+async def _endings(config: KafkaConfig) -> None:
+    table = WatchTable(policy=ExpiresPolicy(min_s=1, max_s=600))
+    async with BrokerApp(config, robust=QUIET, events=table) as app:
+        connect = lambda who: PubsubClient.connect("127.0.0.1", app.port, who)  # noqa: E731
+        pub, jade, fred = (await connect("pub@example.com"), await connect("jade@example.com"),
+                           await connect("fred@example.com"))
+        await pub.create_topic("q.b")
+        jade_events, fred_events = jade.events(), fred.events()
+
+        # no state yet: the immediate Notify is empty
+        assert (await fred.watch("q.b/X", {1, 3}, PERMANENT)).expires == PERMANENT
+        empty, _ = await next_notify(fred_events)
+        assert empty.current and empty.versions == () and empty.expires == PERMANENT
+
+        # a short watch expires: a terminated Notify with reason timeout
+        await jade.watch("q.b/X", {1}, 1, watch_id="short")
+        await next_notify(jade_events)
+        ended, _ = await next_notify(jade_events)
+        assert (ended.state, ended.reason, ended.watch_id) == (State.TERMINATED,
+                                                               Reason.TIMEOUT, "short")
+
+        # created, then deleted: the permanent watch hears both, then ends with noresource
+        await pub.publish("q.b", b"<x />", "application/xml", publish_type=IMAGE,
+                          message_id="X")
+        created, _ = await next_notify(fred_events)
+        assert created.events == {1}
+        await pub.publish("q.b", b"<x />", "application/xml", publish_type=DROP,
+                          message_id="X")
+        deleted, _ = await next_notify(fred_events)
+        gone, _ = await next_notify(fred_events)
+        assert deleted.events == {3}
+        assert (gone.state, gone.reason) == (State.TERMINATED, Reason.NORESOURCE)
+
+        # a deleted topic ends every watch of it
+        await jade.watch("q.b/Y", {2}, 600)
+        await next_notify(jade_events)
+        await pub.delete_topic("q.b")
+        last, _ = await next_notify(jade_events)
+        assert (last.state, last.reason) == (State.TERMINATED, Reason.NORESOURCE)
+        assert list(table.all()) == []
+        for c in (pub, jade, fred):
+            await c.close()
+
+
+def test_expiry_permanence_and_deletion(kafka_config: KafkaConfig) -> None:
+    """Permanent watches last until their resource is deleted; timed ones end with timeout;
+    a deleted topic ends them all; each end is a terminated Notify with its reason."""
+    asyncio.run(_endings(kafka_config))
+
+
+async def _implicit(config: KafkaConfig) -> None:
+    table = WatchTable(implicit_policy=ImplicitPolicy(topics=frozenset({"q.shared"})))
+    async with BrokerApp(config, robust=QUIET, events=table) as app:
+        connect = lambda who: PubsubClient.connect("127.0.0.1", app.port, who)  # noqa: E731
+        fred, jade, quiet = (await connect("fred@example.com"),
+                             await connect("jade@example.com"),
+                             await connect("quiet@example.com"))
+        await fred.create_topic("q.shared")
+        fred_events = fred.events()
+        # F01/F02: a publication, not a subscribe, makes the watch; its Notify says so
+        await fred.publish("q.shared", b"<doc v='1' />", "application/xml",
+                           publish_type=IMAGE, message_id="doc")
+        made, _ = await next_notify(fred_events)
+        assert made.current and made.watch_id == "implicit"
+        # fred's own change is not notified to fred; jade's is (F03)
+        await fred.publish("q.shared", b"<doc v='2' />", "application/xml",
+                           publish_type=UPDATE, message_id="doc")
+        await jade.publish("q.shared", b"<doc v='3' />", "application/xml",
+                           publish_type=UPDATE, message_id="doc")
+        told, _ = await next_notify(fred_events)
+        assert (told.events, contents(told)) == ({2}, [b"<doc v='3' />"])
+        # an opt-out publisher gets no watch; jade (no opt-out) got one
+        await quiet.publish("q.shared", b"<doc v='4' />", "application/xml",
+                            publish_type=UPDATE, message_id="doc", implicit=False)
+        told, _ = await next_notify(fred_events)
+        assert contents(told) == [b"<doc v='4' />"]
+        assert {w.subscriber for w in table.all()} == {"fred@example.com", "jade@example.com"}
+        for c in (fred, jade, quiet):
+            await c.close()
+
+
+def test_implicit_subscription_flow(kafka_config: KafkaConfig) -> None:
+    """Figure 5: publishing to a topic with the implicit policy watches the publisher for
+    others' changes, unless it opts out."""
+    asyncio.run(_implicit(kafka_config))
