@@ -1,0 +1,71 @@
+"""`apexps watch` as a user runs it against a broker process: the grant on stderr, then one
+JSON line per Notify (the current state first, then each event with its name, then the end
+with its reason); refusals exit 1 with the broker's code, bad usage exits 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from broker.kafka_io import KafkaConfig
+from tests.integration.test_pubsub_crash import APEXPS, _broker, _cli
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+
+def _publish(server: str, tmp: Path, body: str, ptype: str) -> None:
+    path = tmp / "m.xml"
+    path.write_text(body)
+    done = _cli(server, "publish", "--topic", "q.w", "--as", "pub@example.com",
+                "--content-type", "application/xml", "--type", ptype, "--message-id", "IBM",
+                str(path))
+    assert done.returncode == 0, done.stderr
+
+
+def test_watch_prints_each_notify_as_a_json_line(kafka_config: KafkaConfig,
+                                                 tmp_path: Path) -> None:
+    """Created/modified/deleted by name, the current state first, the end with its reason."""
+    with _broker(kafka_config) as (_, server):
+        assert _cli(server, "topic", "create", "q.w", "--as", "pub@example.com").returncode == 0
+        _publish(server, tmp_path, "<q v='1' />", "image")
+        watcher = subprocess.Popen(
+            [*APEXPS, "watch", "q.w/IBM", "--server", server, "--as", "jade@example.com",
+             "--events", "modified,deleted", "--expires", "permanent"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert watcher.stdout is not None and watcher.stderr is not None
+        said = watcher.stderr.readline()
+        assert "watching q.w/IBM as 1 for permanent" in said, said
+        first = json.loads(watcher.stdout.readline())
+        assert (first["state"], first["current"], first["events"]) == ("active", True, [])
+        assert [v["content"] for v in first["versions"]] == ["<q v='1' />"]
+        assert isinstance(first["linkseq"], int)
+        _publish(server, tmp_path, "<q v='2' />", "update")
+        modified = json.loads(watcher.stdout.readline())
+        assert modified["events"] == ["modified"]
+        assert modified["versions"][0]["content"] == "<q v='2' />"
+        assert modified["linkseq"] == first["linkseq"] + 1
+        _publish(server, tmp_path, "<gone />", "drop")
+        out, err = watcher.communicate(timeout=60)
+        deleted, ended = (json.loads(x) for x in out.splitlines())
+        assert deleted["events"] == ["deleted"]
+        assert (ended["state"], ended["reason"]) == ("terminated", "noresource")
+        assert watcher.returncode == 0, err
+
+        # a timed watch that runs out: its end is the last line, reason timeout
+        late = _cli(server, "watch", "q.w/IBM", "--as", "tom@example.com", "--events",
+                    "created", "--expires", "1")
+        assert late.returncode == 0, late.stderr
+        lines = [json.loads(x) for x in late.stdout.splitlines()]
+        assert [(x["state"], x["reason"]) for x in lines] == [("active", None),
+                                                              ("terminated", "timeout")]
+        assert lines[0]["versions"] == []  # dropped: no state, an empty current Notify
+
+        # refusals: the broker's code, exit 1; bad usage: exit 2
+        nope = _cli(server, "watch", "q.none/IBM", "--as", "jade@example.com", "--events",
+                    "created")
+        assert nope.returncode == 1 and "550" in nope.stderr, nope.stderr
+        odd = _cli(server, "watch", "q.w/IBM", "--as", "jade@example.com", "--events", "4")
+        assert odd.returncode == 2 and "not understood" in odd.stderr, odd.stderr
