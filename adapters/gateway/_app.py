@@ -133,11 +133,16 @@ async def _body(request: web.Request) -> object:
 
 
 def _feed_view(request: web.Request, feed: Feed) -> dict[str, Any]:
-    return {"id": feed.id, "topic": feed.request.topic, "link": feed.link,
+    view = {"id": feed.id, "topic": feed.request.topic, "link": feed.link,
             "events": str(request.url.with_path(f"/subscriptions/{feed.id}/events")
                           .with_query(None)),
             "duration": feed.request.duration, "selector": feed.request.selector,
             "subscription_id": feed.apex_id}
+    if feed.watch is not None:  # a resource watch: what the broker granted
+        view.update(resource=feed.request.resource, expires=feed.watch.expires,
+                    watch_events=sorted(feed.watch.events))
+        del view["duration"], view["selector"], view["subscription_id"]
+    return view
 
 
 async def _subscribe(request: web.Request) -> web.Response:
