@@ -64,10 +64,20 @@ from adapters.apex.events_codec import (
     encode_events,
     format_events,
 )
-from broker.events import Notify, Resource, State, Watch, WatchTable, events_of
+from broker.events import (
+    IMPLICIT_ID,
+    PERMANENT,
+    Notify,
+    Resource,
+    State,
+    Watch,
+    WatchTable,
+    events_of,
+)
 from broker.names import NOTIFY_TOPIC
 from broker.publish_gate import Outcome
 from broker.pubsub.service import MAX_DURATION_S
+from broker.pubsub.wkt import SUBSCRIPTIONS_TOPIC, WATCH_MARK
 from broker.records import JournalEntry, Publication, PublishType, RecordKind
 from broker.robust.items import ItemState, ItemVersion, reduce, unexpired
 from broker.robust.linkid import default_link_id
@@ -86,6 +96,24 @@ def _versions(entries: Iterable[JournalEntry]) -> tuple[Version, ...]:
                  for e in entries)
 
 
+def _watch_of(entry: JournalEntry) -> Watch | None:
+    """The watch a WKT=Subscriptions message describes (None if it is not a live one)."""
+    f = {name: values[0] for name, values in entry.fields.items() if values}
+    try:
+        state = State(f["current-status"].lower())
+        expires = int(f["duration"])
+        watch = Watch(f["subscriber"], Resource.parse(f["resource"]), f["subscription-id"],
+                      frozenset(int(e) for e in f["events"].split()), expires,
+                      None if expires == PERMANENT else int(f["expires-at"]),
+                      state, f["link"], int(f["created-at"]),
+                      implicit=f["subscription-id"] == IMPLICIT_ID)
+    except (KeyError, ValueError, ApexpsError) as exc:
+        log.warning("watch message not understood", message_id=entry.message_id,
+                    error=str(exc))
+        return None
+    return None if state is State.TERMINATED else watch
+
+
 def _selector(link: str) -> str:
     return "link = '" + link.replace("'", "''") + "'"
 
@@ -102,7 +130,27 @@ class EventNotifier:
         self._routes: set[tuple[str, str]] = set()
 
     def start(self) -> None:
+        self._restore()
         self._task = asyncio.create_task(self._expire_loop())
+
+    def _restore(self) -> None:
+        """Rebuild the watches from their WKT=Subscriptions messages, which the item store
+        recovered from Kafka (§7): each live one as it was granted, with what was left of its
+        Expires; one that expired while the service was down ends now, with reason timeout."""
+        items = self.handler.items
+        if items is None:
+            return
+        restored = 0
+        for entry in items.snapshot(SUBSCRIPTIONS_TOPIC):
+            if WATCH_MARK not in (entry.message_id or ""):
+                continue
+            watch = _watch_of(entry)
+            if watch is not None:
+                self.table.restore(watch)
+                restored += 1
+        if restored:
+            log.info("watches restored", watches=restored)
+        self.emit(self.table.expire_due(self.handler.service.now()))
 
     async def close(self) -> None:
         if self._task is not None:
@@ -252,7 +300,7 @@ class EventNotifier:
                     subscriber=w.subscriber, resource=str(w.resource), watch_id=w.watch_id,
                     events=format_events(w.events), expires=w.expires, state=str(note.state),
                     reason=None if note.reason is None else str(note.reason),
-                    created_at=w.created_at))
+                    created_at=w.created_at, link=w.link, expires_at=w.expires_at))
 
         def settled(outcomes: list[Outcome]) -> None:
             for pub, outcome in zip(pubs, outcomes, strict=True):

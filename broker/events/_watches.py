@@ -269,6 +269,10 @@ class WatchTable:
         self._put(watch)
         return watch
 
+    def restore(self, watch: Watch) -> None:
+        """Put back a watch as it was granted (a restart rebuilding the table)."""
+        self._put(watch)
+
     # --- bookkeeping ----------------------------------------------------------------------
 
     def _put(self, watch: Watch) -> None:

@@ -47,6 +47,7 @@ __all__ = [
     "PS_NAMESPACE",
     "SUBSCRIPTIONS_TOPIC",
     "TOPICS_TOPIC",
+    "WATCH_MARK",
     "Revisions",
     "is_own",
     "subscription_message",
@@ -194,15 +195,20 @@ def is_own(entry: JournalEntry, subscriber: str) -> bool:
 
 
 def watch_message_id(subscriber: str, resource: str, watch_id: str) -> str:
-    return f"{subscriber}/watch/{resource}/{watch_id}"
+    return f"{subscriber}{WATCH_MARK}{resource}/{watch_id}"
+
+
+WATCH_MARK = "/watch/"
 
 
 def watch_message(*, subscriber: str, resource: str, watch_id: str, events: str,
-                  expires: int, state: str, reason: str | None, created_at: int,
-                  service: str, revision: int, now_ms: int, content_type: str) -> Publication:
+                  expires: int, state: str, reason: str | None, created_at: int, link: str,
+                  expires_at: int | None, service: str, revision: int, now_ms: int,
+                  content_type: str) -> Publication:
     """The `WKT=Subscriptions` message for a resource watch (docs/event-binding.md §7): its
     state (ACTIVE, PENDING, TERMINATED with the reason) beside the topic subscriptions, with
-    the resource and events; a terminated one is a drop, as for a subscription."""
+    the resource and events; a terminated one is a drop, as for a subscription. The message
+    is also what a restart rebuilds the watch from (its grant time is the publication date)."""
     topic, _, _ = resource.partition("/")
     mid = watch_message_id(subscriber, resource, watch_id)
     body = [
@@ -211,6 +217,9 @@ def watch_message(*, subscriber: str, resource: str, watch_id: str, events: str,
         f"<topic-name>{_esc(topic)}</topic-name>",
         f"<resource>{_esc(resource)}</resource>",
         f"<events>{_esc(events)}</events>",
+        f"<link>{_esc(link)}</link>",
+        f"<created-at>{created_at}</created-at>",
+        *([] if expires_at is None else [f"<expires-at>{expires_at}</expires-at>"]),
         f"<subscription-date>{_date(created_at)}</subscription-date>",
         f"<duration>{expires}</duration>",
         f"<current-status>{state.upper()}</current-status>",

@@ -232,3 +232,42 @@ def test_implicit_subscription_flow(kafka_config: KafkaConfig) -> None:
     """Figure 5: publishing to a topic with the implicit policy watches the publisher for
     others' changes, unless it opts out."""
     asyncio.run(_implicit(kafka_config))
+
+
+async def _restart(config: KafkaConfig) -> None:
+    async with BrokerApp(config, robust=QUIET) as app:
+        connect = lambda who: PubsubClient.connect("127.0.0.1", app.port, who)  # noqa: E731
+        pub, jade = await connect("pub@example.com"), await connect("jade@example.com")
+        await pub.create_topic("q.r")
+        events = jade.events()
+        await jade.watch("q.r/IBM", {1, 2}, PERMANENT, watch_id="p")
+        await jade.watch("q.r/IBM", {2}, 3600, watch_id="t")
+        _, before = await next_notify(events)
+        _, before = await next_notify(events)
+        granted = {w.key: w for w in app.handler.events.table.all()}
+        for c in (pub, jade):
+            await c.close()
+    async with BrokerApp(config, robust=QUIET) as app:
+        # rebuilt from WKT=Subscriptions as the item store recovered it from Kafka
+        assert {w.key: w for w in app.handler.events.table.all()} == granted
+        connect = lambda who: PubsubClient.connect("127.0.0.1", app.port, who)  # noqa: E731
+        pub, jade = await connect("pub@example.com"), await connect("jade@example.com")
+        events = jade.events()
+        await pub.publish("q.r", b"<x />", "application/xml", publish_type=IMAGE,
+                          message_id="IBM", implicit=False)
+        first, d1 = await next_notify(events)
+        assert (first.watch_id, first.events) == ("p", {1})
+        await pub.publish("q.r", b"<y />", "application/xml", publish_type=UPDATE,
+                          message_id="IBM")
+        got = [await next_notify(events), await next_notify(events)]
+        assert sorted((doc.watch_id, *doc.events) for doc, _ in got) == [("p", 2), ("t", 2)]
+        assert before.stamp is not None and d1.stamp is not None
+        assert d1.stamp.link == before.stamp.link and d1.stamp.link_seq > before.stamp.link_seq
+        for c in (pub, jade):
+            await c.close()
+
+
+def test_watches_survive_a_restart(kafka_config: KafkaConfig) -> None:
+    """A restarted broker rebuilds its watches from Kafka and goes on notifying on the same
+    link."""
+    asyncio.run(_restart(kafka_config))
