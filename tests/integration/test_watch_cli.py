@@ -69,3 +69,29 @@ def test_watch_prints_each_notify_as_a_json_line(kafka_config: KafkaConfig,
         assert nope.returncode == 1 and "550" in nope.stderr, nope.stderr
         odd = _cli(server, "watch", "q.w/IBM", "--as", "jade@example.com", "--events", "4")
         assert odd.returncode == 2 and "not understood" in odd.stderr, odd.stderr
+
+
+def test_the_brokers_watch_policy_options(kafka_config: KafkaConfig, tmp_path: Path) -> None:
+    """`apexps broker --watch-expires MIN:MAX --no-permanent-watch`: below MIN is 572 naming
+    the minimum, permanent is granted as MAX."""
+    proc = subprocess.Popen(
+        [*APEXPS, "broker", "--bootstrap", kafka_config.bootstrap, "--namespace",
+         kafka_config.namespace, "--listen", "127.0.0.1:0", "--heartbeat-ms", "600000",
+         "--watch-expires", "5:100", "--no-permanent-watch"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("apex: "), line
+        server = line.split()[1]
+        assert _cli(server, "topic", "create", "q.p", "--as", "pub@example.com").returncode == 0
+        brief = _cli(server, "watch", "q.p/A", "--as", "jade@example.com", "--events",
+                     "created", "--expires", "2")
+        assert brief.returncode == 1 and "572" in brief.stderr and "minimum 5" in brief.stderr
+        capped = _cli(server, "watch", "q.p/A", "--as", "jade@example.com", "--events",
+                      "created", "--expires", "permanent", "--count", "1")
+        assert capped.returncode == 0, capped.stderr
+        assert "for 100s" in capped.stderr
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
