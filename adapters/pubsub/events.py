@@ -78,7 +78,7 @@ from broker.names import NOTIFY_TOPIC
 from broker.publish_gate import Outcome
 from broker.pubsub.service import MAX_DURATION_S
 from broker.pubsub.wkt import SUBSCRIPTIONS_TOPIC, WATCH_MARK
-from broker.records import JournalEntry, Publication, PublishType, RecordKind
+from broker.records import JournalEntry, Publication, PublishType, RecordKind, Subscription
 from broker.robust.items import ItemState, ItemVersion, reduce, unexpired
 from broker.robust.linkid import default_link_id
 from common.errors import AccessDenied, ApexpsError, ParameterSyntaxError, UnknownResource
@@ -256,6 +256,17 @@ class EventNotifier:
             caused = events_of(entry, before is not None, after is not None, after is not before)
             notes += table.on_change(res, entry, caused, now)
         self.emit(notes)
+
+    def routes_ended(self, subs: Iterable[Subscription]) -> None:
+        """(On the event loop.) Notify subscriptions that ended (the subscriber cancelled
+        them, e.g. `cancel` with neither id nor topic): the watches they carried cannot reach
+        their subscriber any more, and end with reason giveup."""
+        for sub in subs:
+            if sub.topic != NOTIFY_TOPIC:
+                continue
+            link = sub.link_id or default_link_id(sub.subscriber)
+            self._routes.discard((sub.subscriber, link))
+            self.emit(self.table.give_up(sub.subscriber, link))
 
     def topic_deleted(self, topic: str) -> None:
         self.emit(self.table.topic_deleted(topic))

@@ -360,6 +360,7 @@ class PubsubHandler:
             if isinstance(gone, Forward):
                 return [self._forward(originator, op, gone)]
             wkt.extend(self.wkt.ended(gone, "cancelled"))
+            self._loop.call_soon_threadsafe(self.events.routes_ended, gone)
             return [self._data(originator, Reply(250, op.trans_id))]
         if isinstance(op, Reply):
             return self._pass_on(originator, op)

@@ -247,8 +247,11 @@ class WatchTable:
         gone = [w for r, ws in self._by_resource.items() if r.topic == topic for w in ws.values()]
         return [self._end(w, Reason.NORESOURCE) for w in gone]
 
-    def give_up(self, subscriber: str) -> list[Notify]:
-        return [self._end(w, Reason.GIVEUP) for w in self.of(subscriber)]
+    def give_up(self, subscriber: str, link: str | None = None) -> list[Notify]:
+        """The notifier gives up on `subscriber`'s watches (on `link`, or all): it can no
+        longer reach them there."""
+        return [self._end(w, Reason.GIVEUP) for w in self.of(subscriber)
+                if link is None or w.link == link]
 
     def implicit(self, publisher: str, resource: Resource, now: int, *, link: str,
                  ) -> Watch | None:

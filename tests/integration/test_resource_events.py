@@ -12,14 +12,29 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from adapters.apex.events_codec import NotifyDoc, decode_events
+from adapters.apex.endpoint import Endpoint
+from adapters.apex.events_codec import NotifyDoc, WatchRequest, decode_events
 from adapters.app import BrokerApp
 from adapters.client.pubsub_client import Delivered, PubsubClient
-from broker.events import PERMANENT, ExpiresPolicy, ImplicitPolicy, Reason, State, WatchTable
+from broker.events import (
+    PERMANENT,
+    ExpiresPolicy,
+    ImplicitPolicy,
+    Reason,
+    Resource,
+    State,
+    WatchTable,
+)
 from broker.kafka_io import KafkaConfig
 from broker.records import PublishType
 from broker.robust.config import RobustConfig
-from common.errors import EventNotUnderstood, ExpiresTooBrief, NotTaken
+from common.errors import (
+    AccessDenied,
+    ApexpsError,
+    EventNotUnderstood,
+    ExpiresTooBrief,
+    NotTaken,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -187,6 +202,14 @@ async def _endings(config: KafkaConfig) -> None:
         last, _ = await next_notify(jade_events)
         assert (last.state, last.reason) == (State.TERMINATED, Reason.NORESOURCE)
         assert list(table.all()) == []
+
+        # the subscriber cancels all its subscriptions, its notify subscription with them:
+        # its watches cannot reach it any more and end (giveup), nothing is left behind
+        await pub.create_topic("q.c")
+        await jade.watch("q.c/Z", {2}, 600)
+        await next_notify(jade_events)
+        await jade.cancel()
+        assert list(table.all()) == []
         for c in (pub, jade, fred):
             await c.close()
 
@@ -271,3 +294,40 @@ def test_watches_survive_a_restart(kafka_config: KafkaConfig) -> None:
     """A restarted broker rebuilds its watches from Kafka and goes on notifying on the same
     link."""
     asyncio.run(_restart(kafka_config))
+
+
+async def _hostile(config: KafkaConfig) -> None:
+    table = WatchTable()
+    async with BrokerApp(config, robust=QUIET, events=table) as app:
+        connect = lambda who: PubsubClient.connect("127.0.0.1", app.port, who)  # noqa: E731
+        jade = await connect("jade@example.com")
+        await jade.create_topic("q.h")
+        subs_before = app.service.subscriptions()
+        for raw, code in (
+                (b"<watch resource='q.h/A' id='1' expires='60' events='1' transID='1'", 500),
+                (b"<!DOCTYPE w [<!ENTITY x 'y'>]><watch />", 500),
+                (b"<watch resource='q.h/A' id='1' expires='60' events='1' />", 501),
+                (b"<watch resource='q.h/A' id='1' expires='x' events='1' transID='1' />", 501),
+                (b"<watch resource='q.h' id='1' expires='60' events='1' transID='1' />", 553),
+                (b"<notify resource='q.h/A' id='1' subscriber='jade@example.com'"
+                 b" state='active' />", 501)):
+            with pytest.raises(ApexpsError) as caught:
+                await jade.client.send(jade.endpoint, [jade.service], raw,
+                                       "application/beep+xml")
+            assert int(caught.value.code) == code, (raw, caught.value)
+        # for another subscriber: 537 in the answer
+        trans = jade.new_trans_id()
+        with pytest.raises(AccessDenied):
+            await jade._ask(WatchRequest(Resource("q.h", "A"), "1", 60, frozenset({1}), trans,
+                                         Endpoint.parse("fred@example.com")), trans)
+        # nothing of it stayed: no watch, no notify subscription
+        assert list(table.all()) == [] and app.service.subscriptions() == subs_before
+        # and the service still answers
+        assert (await jade.watch("q.h/A", {1}, 60)).code == 250
+        await jade.close()
+
+
+def test_bad_watches_change_nothing(kafka_config: KafkaConfig) -> None:
+    """Hostile or invalid watch documents are refused on the data (500, 501, 553), a watch
+    for someone else is 537; none leaves a watch or a subscription behind."""
+    asyncio.run(_hostile(kafka_config))
