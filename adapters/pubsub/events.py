@@ -31,6 +31,11 @@ what it returns:
   never disagree with what a snapshot serves. A Notify thus follows the change it reports on
   the journal, never precedes it.
 
+- Permissions. A Notify carries content, so it obeys the resource's permission tokens and
+  expiry as a delivery would (the service's `entitled`, XEP-0040 §5.1): the current state holds
+  only the versions the subscriber may see, and a change it may not see causes no Notify at
+  all, so that it cannot tell the change happened (robust-binding §2.4).
+
 - Expiry: one task sleeps until the table's next expiry and journals the terminated Notifies.
 
 - WKT=Subscriptions: every state change of a watch (granted, refreshed, ended) is journaled
@@ -304,6 +309,9 @@ class EventNotifier:
         now = h.service.now()
         pubs: list[Publication] = []
         for note in notes:
+            if note.entry is not None and not h.service.entitled(
+                    note.entry, note.watch.subscriber, live=True):
+                continue  # a change it may not see: not even that it happened
             pubs.append(self._notify(note, now))
             if note.current or note.state is State.TERMINATED:
                 w = note.watch
@@ -326,7 +334,8 @@ class EventNotifier:
         if note.current and h.items is not None:
             state = h.items.get(w.resource.topic, w.resource.message_id)
             if state is not None:
-                versions = _versions(v.entry for v in unexpired(state, now))
+                versions = _versions(v.entry for v in unexpired(state, now)
+                                     if h.service.entitled(v.entry, w.subscriber))
         elif note.entry is not None:
             versions = _versions((note.entry,))
         doc = NotifyDoc(w.resource, w.watch_id, w.subscriber, note.state, note.reason,

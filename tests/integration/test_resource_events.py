@@ -331,3 +331,37 @@ def test_bad_watches_change_nothing(kafka_config: KafkaConfig) -> None:
     """Hostile or invalid watch documents are refused on the data (500, 501, 553), a watch
     for someone else is 537; none leaves a watch or a subscription behind."""
     asyncio.run(_hostile(kafka_config))
+
+
+async def _tokens(config: KafkaConfig) -> None:
+    from broker.records import AccessEffect
+    from tests.integration.test_permission_tokens import permtoken
+
+    async with BrokerApp(config, robust=QUIET) as app:
+        app.access.put(permtoken("cli:jade-6747", "jade@example.com", "6747",
+                                 AccessEffect.DENY))
+        connect = lambda who: PubsubClient.connect("127.0.0.1", app.port, who)  # noqa: E731
+        pub, jade = await connect("pub@example.com"), await connect("jade@example.com")
+        await pub.create_topic("q.t")
+        await pub.publish("q.t", b"<open />", "application/xml", publish_type=IMAGE,
+                          message_id="IBM", implicit=False)
+        await pub.publish("q.t", b"<secret />", "application/xml", publish_type=UPDATE,
+                          message_id="IBM", token="6747", implicit=False)
+        events = jade.events()
+        await jade.watch("q.t/IBM", {2}, 60)
+        first, _ = await next_notify(events)
+        assert contents(first) == [b"<open />"]  # the tokened delta left out
+        await pub.publish("q.t", b"<secret2 />", "application/xml", publish_type=UPDATE,
+                          message_id="IBM", token="6747", implicit=False)
+        await pub.publish("q.t", b"<open2 />", "application/xml", publish_type=UPDATE,
+                          message_id="IBM", implicit=False)
+        told, _ = await next_notify(events)  # the secret change caused none
+        assert contents(told) == [b"<open2 />"]
+        for c in (pub, jade):
+            await c.close()
+
+
+def test_notifies_obey_permission_tokens(kafka_config: KafkaConfig) -> None:
+    """A subscriber denied a token gets neither the tokened versions in the current state nor
+    a Notify for a tokened change."""
+    asyncio.run(_tokens(kafka_config))
