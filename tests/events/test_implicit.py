@@ -38,3 +38,22 @@ def test_an_implicit_watch_hears_others_only() -> None:
     (note,) = table.on_change(res, _entry("q.shared", "a", source="jade@example.com"),
                               frozenset({2}), 1)
     assert (note.state, note.events, note.watch.subscriber) == (State.ACTIVE, {2}, fred)
+
+
+def test_a_pending_watch_hears_nothing_until_approved() -> None:
+    """§4.2.1 Pending: no event Notifies while it waits; approved, it gets the current state;
+    refused, it ends with reason rejected."""
+    from broker.events import Reason
+
+    table = WatchTable()
+    jade, res = "jade@example.com", Resource("q.a", "IBM")
+    (waiting,) = table.subscribe(jade, res, "1", expires=60, events={2}, now=0, link=jade,
+                                 pending=True)
+    assert (waiting.state, waiting.current) == (State.PENDING, False)
+    assert table.on_change(res, _entry("q.a", "IBM"), frozenset({2}), 1) == []
+    (approved,) = table.approve((jade, res, "1"))
+    assert (approved.state, approved.current) == (State.ACTIVE, True)
+    assert len(table.on_change(res, _entry("q.a", "IBM"), frozenset({2}), 1)) == 1
+    table.subscribe(jade, res, "2", expires=60, events={2}, now=0, link=jade, pending=True)
+    (refused,) = table.reject((jade, res, "2"))
+    assert (refused.state, refused.reason) == (State.TERMINATED, Reason.REJECTED)

@@ -51,17 +51,20 @@ class WatchMachine(RuleBasedStateMachine):
         self.now = 1_000_000
         #: key -> (events, expires_at or None)
         self.model: dict[tuple[str, Resource, str], tuple[frozenset[int], int | None]] = {}
+        #: keys of the watches that wait for approval
+        self.pending: set[tuple[str, Resource, str]] = set()
 
     @rule(who=st.sampled_from(SUBSCRIBERS), res=st.sampled_from(RESOURCES),
           wid=st.sampled_from(IDS), expires=EXPIRES, events=EVENTS,
-          update=st.sampled_from([None, None, "add", "remove"]))
+          update=st.sampled_from([None, None, "add", "remove"]), pending=st.booleans())
     def subscribe(self, who: str, res: Resource, wid: str, expires: int,
-                  events: frozenset[int], update: str | None) -> None:
+                  events: frozenset[int], update: str | None, pending: bool) -> None:
         key = (who, res, wid)
         old = self.model.get(key)
         try:
             notes = self.table.subscribe(who, res, wid, expires=expires, events=events,
-                                         now=self.now, link=who, update=update)
+                                         now=self.now, link=who, update=update,
+                                         pending=pending)
         except ApexpsError as exc:
             # refused: why, and nothing changed (checked by the invariant)
             if (expires == 0 or update is not None) and old is None:
@@ -79,6 +82,7 @@ class WatchMachine(RuleBasedStateMachine):
             (note,) = notes
             assert note.state is State.TERMINATED and note.reason is Reason.DEACTIVATED
             del self.model[key]
+            self.pending.discard(key)
             return
         assert expires >= POLICY.min_s, "below min-expires was granted"
         if update is not None:
@@ -92,10 +96,35 @@ class WatchMachine(RuleBasedStateMachine):
         assert granted.expires <= expires, "the grant is longer than asked"
         assert granted.expires == (PERMANENT if expires == PERMANENT
                                    else min(expires, POLICY.max_s))
+        # pending only while it never was active; an active watch is not sent back to wait
+        waits = pending and (old is None or key in self.pending)
         (note,) = notes
-        assert note.current and note.state is State.ACTIVE and note.watch == granted
+        assert note.watch == granted
+        if waits:
+            assert note.state is State.PENDING and not note.current
+            self.pending.add(key)
+        else:
+            assert note.current and note.state is State.ACTIVE
+            self.pending.discard(key)
         self.model[key] = (wanted, None if granted.expires == PERMANENT
                            else self.now + granted.expires * 1000)
+
+    @rule(who=st.sampled_from(SUBSCRIBERS), res=st.sampled_from(RESOURCES),
+          wid=st.sampled_from(IDS), accept=st.booleans())
+    def decide(self, who: str, res: Resource, wid: str, accept: bool) -> None:
+        """An approval or a refusal of a pending watch; of any other, nothing."""
+        key = (who, res, wid)
+        notes = self.table.approve(key) if accept else self.table.reject(key)
+        if key not in self.pending:
+            assert notes == []
+            return
+        (note,) = notes
+        self.pending.discard(key)
+        if accept:
+            assert note.current and note.state is State.ACTIVE
+        else:
+            assert (note.state, note.reason) == (State.TERMINATED, Reason.REJECTED)
+            del self.model[key]
 
     @rule(seconds=st.integers(0, 120))
     def time_passes(self, seconds: int) -> None:
@@ -106,6 +135,7 @@ class WatchMachine(RuleBasedStateMachine):
         assert all(n.state is State.TERMINATED and n.reason is Reason.TIMEOUT for n in ended)
         for key in due:
             del self.model[key]
+            self.pending.discard(key)
 
     @rule(res=st.sampled_from(RESOURCES),
           caused=st.sampled_from([{1}, {2}, {3}, {2, 0x8001}, {3, 0x8000}]))
@@ -116,7 +146,7 @@ class WatchMachine(RuleBasedStateMachine):
                                      frozenset(caused), self.now)
         told = {n.watch.key: n.events for n in notes if n.state is State.ACTIVE}
         expect = {k: ev & caused for k, (ev, _) in self.model.items()
-                  if k[1] == res and ev & caused}
+                  if k[1] == res and ev & caused and k not in self.pending}
         assert told == expect, "a Notify for each watch that asked, naming its events"
         if Event.DELETED in caused:
             ended = {n.watch.key for n in notes if n.state is State.TERMINATED}
@@ -126,6 +156,7 @@ class WatchMachine(RuleBasedStateMachine):
                        if n.state is State.TERMINATED)
             for key in permanent:
                 del self.model[key]
+                self.pending.discard(key)
 
     @rule(topic=st.sampled_from(["q.a", "q.b"]))
     def topic_deleted(self, topic: str) -> None:
@@ -134,11 +165,13 @@ class WatchMachine(RuleBasedStateMachine):
         assert {n.watch.key for n in notes} == gone
         for key in gone:
             del self.model[key]
+            self.pending.discard(key)
 
     @invariant()
     def table_is_the_model(self) -> None:
         got = {w.key: (w.events, w.expires_at) for w in self.table.all()}
         assert got == self.model
+        assert {w.key for w in self.table.all() if w.state is State.PENDING} == self.pending
 
 
 WatchMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=40,
