@@ -365,3 +365,32 @@ def test_notifies_obey_permission_tokens(kafka_config: KafkaConfig) -> None:
     """A subscriber denied a token gets neither the tokened versions in the current state nor
     a Notify for a tokened change."""
     asyncio.run(_tokens(kafka_config))
+
+
+async def _repair(config: KafkaConfig) -> None:
+    async with BrokerApp(config, robust=QUIET) as app:
+        connect = lambda who: PubsubClient.connect("127.0.0.1", app.port, who)  # noqa: E731
+        pub, jade = await connect("pub@example.com"), await connect("jade@example.com")
+        await pub.create_topic("q.s")
+        events = jade.events()
+        await jade.watch("q.s/A", {1, 2}, 600, link="jade-watch")
+        _, d0 = await next_notify(events)
+        await pub.publish("q.s", b"<a />", "application/xml", publish_type=IMAGE,
+                          message_id="A", implicit=False)
+        doc1, d1 = await next_notify(events)
+        assert d0.stamp is not None and d1.stamp is not None
+        # the link's context is gone, say: repair by source, from the first Notify on
+        repair = asyncio.ensure_future(jade.repair(
+            "jade-watch", [(d0.stamp.source or "", d0.stamp.source_seq or 0)]))
+        again, copy = await next_notify(events)
+        await repair
+        assert copy.stamp is not None and copy.stamp.epoch == d1.stamp.epoch + 1
+        assert (again, copy.stamp.source_seq) == (doc1, d1.stamp.source_seq)
+        for c in (pub, jade):
+            await c.close()
+
+
+def test_a_source_repair_resends_notifies(kafka_config: KafkaConfig) -> None:
+    """Notifies are journal records of the service's source: a repair by source (robust-binding
+    §5.2) on the watch's link resends those after the position given, in a new epoch."""
+    asyncio.run(_repair(kafka_config))
