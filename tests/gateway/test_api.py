@@ -167,3 +167,14 @@ def test_replay_is_exactly_the_seqs_after_last_event_id(steps: list[int], size: 
     from_gap = [s for s in seqs if owed.gap is not None and owed.gap[0] <= s <= owed.gap[1]]
     got = from_gap + [s for s, _ in owed.items]
     assert got == [s for s in seqs if s > after]
+
+
+def test_watch_refusals_keep_their_code_field_and_min_expires() -> None:
+    """571 is a 400 naming events; 572 a 400 naming expires and saying min-expires."""
+    from common.errors import EventNotUnderstood, ExpiresTooBrief
+
+    assert http_status(EventNotUnderstood("no")).body() == {"error": "571 no",
+                                                            "field": "events"}
+    brief = http_status(ExpiresTooBrief("too short", min_expires=60))
+    assert (brief.status, brief.field) == (400, "expires")
+    assert brief.message == "572 too short (min-expires 60)"
