@@ -394,3 +394,53 @@ def test_a_source_repair_resends_notifies(kafka_config: KafkaConfig) -> None:
     """Notifies are journal records of the service's source: a repair by source (robust-binding
     §5.2) on the watch's link resends those after the position given, in a new epoch."""
     asyncio.run(_repair(kafka_config))
+
+
+async def _killed(config: KafkaConfig) -> None:
+    from tests.integration.broker_process import start_broker
+
+    proc, port = await start_broker(config.bootstrap, "--heartbeat-ms", "600000",
+                                    namespace=config.namespace, logs=False)
+    try:
+        pub = await PubsubClient.connect("127.0.0.1", port, "pub@example.com")
+        jade = await PubsubClient.connect("127.0.0.1", port, "jade@example.com")
+        await pub.create_topic("q.k")
+        events = jade.events()
+        await jade.watch("q.k/A", {1}, PERMANENT, watch_id="p")
+        await jade.watch("q.k/A", {1}, 1, watch_id="short")
+        notes = [await next_notify(events), await next_notify(events)]
+        last = max(d.stamp.link_seq for _, d in notes if d.stamp is not None)
+        proc.kill()  # kill -9
+        await proc.wait()
+        for c in (pub, jade):
+            await c.close()
+        proc, port = await start_broker(config.bootstrap, "--heartbeat-ms", "600000",
+                                        namespace=config.namespace, logs=False)
+        pub = await PubsubClient.connect("127.0.0.1", port, "pub@example.com")
+        jade = await PubsubClient.connect("127.0.0.1", port, "jade@example.com")
+        events = jade.events()
+        # what the link carried while jade was away, then live: the short watch ended with
+        # timeout (at the restart or after it), the permanent one hears the creation
+        await jade.gap("jade@example.com", last + 1)
+        await pub.publish("q.k", b"<a />", "application/xml", publish_type=IMAGE,
+                          message_id="A", implicit=False)
+        seen: dict[str, NotifyDoc] = {}
+        while len(seen) < 2:
+            doc, delivered = await next_notify(events)
+            assert delivered.stamp is not None and delivered.stamp.link_seq > last
+            seen[doc.watch_id] = doc
+        assert (seen["short"].state, seen["short"].reason) == (State.TERMINATED,
+                                                               Reason.TIMEOUT)
+        assert (seen["p"].state, seen["p"].events) == (State.ACTIVE, {1})
+        for c in (pub, jade):
+            await c.close()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+def test_watches_survive_a_kill_9(kafka_config: KafkaConfig) -> None:
+    """A broker killed with -9 comes back with its watches from Kafka: a permanent one goes on
+    notifying on the same link, one that ran out ends with timeout."""
+    asyncio.run(_killed(kafka_config))
