@@ -242,7 +242,8 @@ async def _events(request: web.Request) -> web.StreamResponse:
 
 async def _websocket(request: web.Request) -> web.WebSocketResponse:
     """Both directions on one socket: `{"op":"subscribe",…}` answers `{"subscribed":…}` and
-    starts its deliveries as `{"delivery":…}`; `{"op":"cancel","id":…}` answers
+    starts its deliveries as `{"delivery":…}` (a resource watch's Notifies as
+    `{"notify":…}`); `{"op":"cancel","id":…}` answers
     `{"cancelled":id}`; a refusal is `{"error":…, "field":…}` and changes nothing."""
     who = request.app[_AUTH](request)
     _admit(request)
@@ -261,6 +262,8 @@ async def _websocket(request: web.Request) -> web.WebSocketResponse:
             data = event.decode().split("data: ", 1)[1].strip()
             if seq == CONTROL:  # a reset or the end: {"control": {"reset"|"end": …}}
                 await ws.send_str(f'{{"control":{data},"id":"{feed.id}"}}')
+            elif event.startswith(b"event: notify\n"):  # a resource watch's Notify
+                await ws.send_str(f'{{"notify":{data},"seq":{seq}}}')
             else:
                 await ws.send_str(f'{{"delivery":{data},"seq":{seq}}}')
         if stream.closed == "slow reader":

@@ -72,3 +72,28 @@ def test_a_resource_watch_streams_its_notifies(kafka_config: KafkaConfig) -> Non
                 assert r.status == 204
             assert list(b.gateway.feeds.feeds) == []
     run(body())
+
+
+def test_a_resource_watch_over_the_websocket(kafka_config: KafkaConfig) -> None:
+    """The WebSocket's subscribe takes a resource too: its Notifies come as `notify`
+    messages with their link seqs, and cancel ends the watch."""
+    async def body() -> None:
+        async with bench(kafka_config) as b:
+            await b.pub.create_topic("g.wsr")
+            async with b.http.ws_connect(f"{b.url}/ws") as ws:
+                await ws.send_json({"op": "subscribe", "resource": "g.wsr/A",
+                                    "events": ["created"], "expires": 600})
+                answer = await ws.receive_json(timeout=TIMEOUT)
+                ident = answer["subscribed"]["id"]
+                assert answer["subscribed"]["expires"] == 600
+                current = await ws.receive_json(timeout=TIMEOUT)
+                assert current["notify"]["current"] and current["notify"]["versions"] == []
+                await b.pub.publish("g.wsr", b"<a />", "application/xml",
+                                    publish_type=PublishType.IMAGE, message_id="A",
+                                    implicit=False)
+                created = await ws.receive_json(timeout=TIMEOUT)
+                assert created["notify"]["events"] == [1]
+                assert created["seq"] == current["seq"] + 1
+                await ws.send_json({"op": "cancel", "id": ident})
+                assert await ws.receive_json(timeout=TIMEOUT) == {"cancelled": ident}
+    run(body())
