@@ -41,11 +41,14 @@ what it returns:
 - WKT=Subscriptions: every state change of a watch (granted, refreshed, ended) is journaled
   there too, as the service's other subscriptions are (content-based §6.3).
 
-Known limits: watches live in memory; a restart ends them (at start, `WktPublisher.reconcile`
-journals them as "ended while the service was down" in WKT=Subscriptions, but no terminated
-Notify is sent). An implicit watch's notify subscription is made just after the publication
-that created the watch is accepted: a change by another publisher within those milliseconds is
-not notified.
+- Restarts: the table lives in memory, and its durable form is the WKT=Subscriptions messages
+  above, which the item store recovers from Kafka like any cached message; `start` rebuilds the
+  table from them (`_restore`) before the first journal batch is forwarded, and ends at once
+  what expired meanwhile. Nothing else is kept, so nothing else has to be recovered.
+
+Known limit: an implicit watch's notify subscription is made just after the publication that
+created the watch is accepted: a change by another publisher within those milliseconds is not
+notified.
 """
 
 from __future__ import annotations
