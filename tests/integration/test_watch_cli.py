@@ -63,6 +63,14 @@ def test_watch_prints_each_notify_as_a_json_line(kafka_config: KafkaConfig,
                                                               ("terminated", "timeout")]
         assert lines[0]["versions"] == []  # dropped: no state, an empty current Notify
 
+        # --refresh: the watch is refreshed before it runs out, each time with the current
+        # state (§3.3.2), and never ends
+        kept = _cli(server, "watch", "q.w/IBM", "--as", "sam@example.com", "--events",
+                    "created", "--expires", "2", "--refresh", "--count", "3")
+        assert kept.returncode == 0, kept.stderr
+        assert [(x["state"], x["current"]) for x in map(json.loads, kept.stdout.splitlines())
+                ] == [("active", True)] * 3
+
         # refusals: the broker's code, exit 1; bad usage: exit 2
         nope = _cli(server, "watch", "q.none/IBM", "--as", "jade@example.com", "--events",
                     "created")
