@@ -7,6 +7,7 @@ the journal follower and the APEX server — started and stopped as one, in depe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,7 @@ class BrokerApp:
         self.report: OpenReport | None = None
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         self.report = await asyncio.to_thread(self.core.open)  # blocking Kafka reads
         # Item state before the follower: it starts where the state's journal replay ended.
         self.items_report = await asyncio.to_thread(self.core.items.recover, self._created)
@@ -94,6 +96,7 @@ class BrokerApp:
                                      marks=self.core.fanout if self.sequenced else None,
                                      events=self.events)
         self.relay.register_service(SERVICE, self.handler)
+        self.core.access.watch(self._access_changed)
         start = self.core.items.resume_positions()
         carried: set[tuple[str, Position]] = set()
         if self.sequenced:
@@ -123,6 +126,11 @@ class BrokerApp:
         self.port = self.server.port
         for peer_domain, host, port in self.peers:
             self.server.connect_peer(peer_domain, host, port)
+
+    def _access_changed(self, _entry_id: str, _entry: object) -> None:
+        """(Any thread.) Pending watches wait for the access entries (event-binding.md §5)."""
+        with contextlib.suppress(RuntimeError):  # the loop is gone: the broker has stopped
+            self._loop.call_soon_threadsafe(self.handler.events.access_changed)
 
     def _created(self, topic: str) -> int | None:
         """When `topic` was created (None: it does not exist), for the item store. The

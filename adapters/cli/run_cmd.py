@@ -153,7 +153,8 @@ def _watch_table(args: argparse.Namespace) -> WatchTable:
     low, high = args.watch_expires
     return WatchTable(policy=ExpiresPolicy(low, high, permanent=not args.no_permanent_watch),
                       implicit_policy=ImplicitPolicy(topics=frozenset(args.implicit_watch),
-                                                     max_implicit=args.max_implicit_watches))
+                                                     max_implicit=args.max_implicit_watches),
+                      pending_on_access=args.pending_watches)
 
 
 def _broker(args: argparse.Namespace) -> int:
@@ -202,6 +203,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     watches.add_argument("--implicit-watch", action="append", default=[], metavar="TOPIC",
                          help="publishing a data item of TOPIC watches it for others' changes"
                               " (implicit subscription; repeatable)")
+    watches.add_argument("--pending-watches", action="store_true",
+                         help="a watch the access entries do not allow yet waits (pending)"
+                              " instead of being refused, and starts when they do")
     watches.add_argument("--max-implicit-watches", type=_positive, default=64, metavar="N",
                          help="implicit watches one endpoint may hold (default: %(default)s)")
     p.add_argument("--gateway", type=int, default=None, metavar="PORT",

@@ -36,6 +36,11 @@ what it returns:
   only the versions the subscriber may see, and a change it may not see causes no Notify at
   all, so that it cannot tell the change happened (robust-binding §2.4).
 
+- Pending (§4.2.1). With `WatchTable.pending_on_access`, a watch whose subscriber the access
+  entries do not allow on the topic is granted as PENDING (a Notify saying so, no state)
+  instead of refused with 537; when the entries change (`access_changed`, from the access
+  registry's watcher) each pending watch they now allow becomes ACTIVE with the current state.
+
 - Expiry: one task sleeps until the table's next expiry and journals the terminated Notifies.
 
 - WKT=Subscriptions: every state change of a watch (granted, refreshed, ended) is journaled
@@ -188,18 +193,20 @@ class EventNotifier:
                     raise AccessDenied(f"{originator} may not watch for {whom}")
                 if svc.core.topics.get(doc.resource.topic) is None:
                     raise UnknownResource(f"no topic {doc.resource.topic!r} here")
-                if not svc.access.allowed(whom, "pubsub:subscribe", doc.resource.topic):
+                allowed = svc.access.allowed(whom, "pubsub:subscribe", doc.resource.topic)
+                if not allowed and not self.table.pending_on_access:
                     raise AccessDenied(f"{whom} lacks pubsub:subscribe on"
                                        f" {doc.resource.topic}")
                 plan = functools.partial(self.table.plan, whom, doc.resource, doc.watch_id,
                                          expires=doc.expires, events=doc.events, link=link,
-                                         update=doc.update)
+                                         update=doc.update, pending=not allowed)
                 plan(now=svc.now())
                 if doc.expires:
                     await asyncio.to_thread(self._route, whom, link)
                 notes = self.table.subscribe(whom, doc.resource, doc.watch_id,
                                              expires=doc.expires, events=doc.events,
-                                             now=svc.now(), link=link, update=doc.update)
+                                             now=svc.now(), link=link, update=doc.update,
+                                             pending=not allowed)
         except ApexpsError as exc:
             log.info("watch refused", originator=str(originator), resource=str(doc.resource),
                      code=int(exc.code), reason=str(exc))
@@ -263,6 +270,15 @@ class EventNotifier:
             seen[res] = after
             caused = events_of(entry, before is not None, after is not None, after is not before)
             notes += table.on_change(res, entry, caused, now)
+        self.emit(notes)
+
+    def access_changed(self) -> None:
+        """(On the event loop.) The access entries changed: each pending watch they now allow
+        becomes active and gets the current state."""
+        svc, notes = self.handler.service, []
+        for watch in self.table.pending():
+            if svc.access.allowed(watch.subscriber, "pubsub:subscribe", watch.resource.topic):
+                notes += self.table.approve(watch.key)
         self.emit(notes)
 
     def routes_ended(self, subs: Iterable[Subscription]) -> None:

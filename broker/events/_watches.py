@@ -116,6 +116,9 @@ class WatchTable:
     policy: ExpiresPolicy = field(default_factory=ExpiresPolicy)
     implicit_policy: ImplicitPolicy = field(default_factory=ImplicitPolicy)
     max_per_subscriber: int = 1024
+    #: a watch the access entries do not allow (yet) waits as PENDING instead of being
+    #: refused (537), and becomes active when they do (the draft's §4.2.1 Pending)
+    pending_on_access: bool = False
     _by_resource: dict[Resource, dict[WatchKey, Watch]] = field(default_factory=dict)
     _expiries: list[tuple[int, WatchKey]] = field(default_factory=list)
 
@@ -193,6 +196,9 @@ class WatchTable:
             return [self._end(old, Reason.DEACTIVATED)]
         self._put(watch)
         return [Notify(watch, watch.state, current=watch.state is State.ACTIVE)]
+
+    def pending(self) -> list[Watch]:
+        return [w for w in self.all() if w.state is State.PENDING]
 
     def approve(self, key: WatchKey) -> list[Notify]:
         """A pending watch becomes active and gets the current state."""

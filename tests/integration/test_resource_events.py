@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -444,3 +445,42 @@ def test_watches_survive_a_kill_9(kafka_config: KafkaConfig) -> None:
     """A broker killed with -9 comes back with its watches from Kafka: a permanent one goes on
     notifying on the same link, one that ran out ends with timeout."""
     asyncio.run(_killed(kafka_config))
+
+
+PENDING_ACCESS = """<access domain='example.com'>
+  <allow id='locals' originator='*@example.com' tokens='pubsub:all core:data' />
+  <deny id='no-jade' originator='jade@example.com' tokens='pubsub:subscribe' topic='q.p' />
+</access>
+"""
+
+
+async def _pending(config: KafkaConfig, access: str) -> None:
+    table = WatchTable(pending_on_access=True)
+    async with BrokerApp(config, robust=QUIET, access_file=access, events=table) as app:
+        connect = lambda who: PubsubClient.connect("127.0.0.1", app.port, who)  # noqa: E731
+        pub, jade = await connect("pub@example.com"), await connect("jade@example.com")
+        await pub.create_topic("q.p")
+        await pub.publish("q.p", b"<a />", "application/xml", publish_type=IMAGE,
+                          message_id="A", implicit=False)
+        events = jade.events()
+        assert (await jade.watch("q.p/A", {2}, 600)).code == 250
+        waiting, _ = await next_notify(events)
+        assert (waiting.state, waiting.current, waiting.versions) == (State.PENDING, False, ())
+        await pub.publish("q.p", b"<b />", "application/xml", publish_type=UPDATE,
+                          message_id="A", implicit=False)
+        # the entries change: the watch starts, with the current state (no Notify for <b />)
+        await asyncio.to_thread(app.access.remove, "file:no-jade")
+        started, _ = await next_notify(events)
+        assert (started.state, started.current) == (State.ACTIVE, True)
+        assert contents(started) == [b"<a />", b"<b />"]
+        for c in (pub, jade):
+            await c.close()
+
+
+def test_a_watch_waits_pending_for_the_access_entries(kafka_config: KafkaConfig,
+                                                      tmp_path: Path) -> None:
+    """§4.2.1 Pending: a watch the access entries do not allow yet is granted pending, hears
+    nothing, and becomes active with the current state once an entry change allows it."""
+    access = tmp_path / "access.xml"
+    access.write_text(PENDING_ACCESS)
+    asyncio.run(_pending(kafka_config, str(access)))
