@@ -42,7 +42,8 @@ replies = st.builds(WatchReply, st.sampled_from([250, 550, 571, 572]),
                     st.one_of(st.none(), ids), st.one_of(st.none(), st.integers(0, PERMANENT)),
                     st.one_of(st.just(frozenset()), events),
                     st.one_of(st.none(), st.integers(1, 100)), st.text(
-                        st.characters(min_codepoint=0x20, max_codepoint=0x7e), max_size=30))
+                        st.characters(min_codepoint=0x20, max_codepoint=0x7e), max_size=30,
+                    ).map(str.strip))  # the reply's text is read stripped, as a pubsub reply's
 states = st.sampled_from([(State.ACTIVE, None), (State.PENDING, None)]) | st.tuples(
     st.just(State.TERMINATED), st.sampled_from(list(Reason)))
 notifies = st.builds(lambda r, i, sr, ev, ex, cur, vs: NotifyDoc(
