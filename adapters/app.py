@@ -99,6 +99,8 @@ class BrokerApp:
         self.follower = await asyncio.to_thread(
             JournalFollower, self.config, self.core.codec, self.handler.forward_threadsafe,
             start=start, recent=recent)
+        # Nothing before where the follower begins is forwarded, by either road.
+        self.handler.cursor.start(self.follower.start_positions)
         if self.handler.sequenced is not None:
             self.handler.sequenced.follow(self.follower.start_positions, carried,
                                           self.follower.when_read)
