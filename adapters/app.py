@@ -25,6 +25,7 @@ from broker.recent import DEFAULT_RECENT_BYTES, RecentJournal
 from broker.records import AccessEffect, AccessEntry, AccessKind, now_ms
 from broker.robust.config import RobustConfig
 from broker.robust.fanout import CARRIED_MARGIN_MS
+from common.errors import ApexpsError
 
 __all__ = ["DEFAULT_ACCESS_ID", "DEFAULT_TOKENS_ID", "BrokerApp"]
 
@@ -88,6 +89,7 @@ class BrokerApp:
             # What was journaled but not yet on its links when the last broker stopped is
             # sequenced now (broker/robust/fanout.py), not lost.
             marks = await asyncio.to_thread(self.core.fanout.load)
+            await asyncio.to_thread(self._begin_epochs_unless_clean)
             for part, offset in marks.items():
                 start[part] = min(offset, start.get(part, offset))
             written = self.core.fanout.written_at
@@ -113,6 +115,29 @@ class BrokerApp:
         self.port = self.server.port
         for peer_domain, host, port in self.peers:
             self.server.connect_peer(peer_domain, host, port)
+
+    def _begin_epochs_unless_clean(self) -> None:
+        """Link records are sent before Kafka holds them: unless the last broker to serve
+        stopped cleanly, some a subscriber saw may be lost, so every link begins a new epoch
+        on first use (docs/robust-binding.md §2.5). Then the clean-stop record goes, before
+        anything is served."""
+        fanout, links = self.core.fanout, self.core.links
+        clean = fanout.clean_writer
+        if clean is None or clean < links.last_writer:
+            count = links.begin_new_epochs()
+            if count:
+                log.warning("the last broker did not stop cleanly: every link begins a new "
+                            "epoch", links=count)
+        fanout.running()
+
+    def _stopped_clean(self) -> None:
+        """Every link record durable: say so, so the next start keeps the links' epochs."""
+        try:
+            self.core.links.flush()
+            self.core.fanout.stopped_clean(self.core.links.writer)
+        except ApexpsError as exc:
+            log.warning("clean stop not recorded; the next start begins new link epochs",
+                        error=str(exc))
 
     def _created(self, topic: str) -> int | None:
         """When `topic` was created (None: it does not exist), for the item store. The
@@ -156,6 +181,8 @@ class BrokerApp:
         await self.server.close()
         await self.handler.close()
         await asyncio.to_thread(self.follower.stop)
+        if self.sequenced:
+            await asyncio.to_thread(self._stopped_clean)
         self.access.stop_following()
         await asyncio.to_thread(self.holds.close)
         await asyncio.to_thread(self.core.close)

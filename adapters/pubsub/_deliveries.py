@@ -174,7 +174,7 @@ class Renderer:
         return Packer(self, link, limit)
 
     def render(self, action: Send) -> None:
-        """Send what became durable (see the module docstring)."""
+        """Send what the core assigned, in its order (see the module docstring)."""
         by_entry: dict[int, tuple[JournalEntry, list[Endpoint], list[tuple[Option, ...]]]] = {}
         packers: dict[str, Packer] = {}
         known: _ItemParts = {}
