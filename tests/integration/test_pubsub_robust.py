@@ -16,6 +16,7 @@ from adapters.app import BrokerApp
 from adapters.client.pubsub_client import Delivered, Ended, LinkEvent, PubsubClient
 from broker.kafka_io import KafkaConfig
 from broker.robust.config import RobustConfig
+from broker.robust.fanout import FanoutMarks
 from common.errors import (
     AccessDenied,
     ApexpsError,
@@ -287,3 +288,38 @@ async def _claim_fails(config: KafkaConfig) -> None:
 
 def test_a_subscribe_whose_link_claim_fails_records_nothing(kafka_config: KafkaConfig) -> None:
     asyncio.run(_claim_fails(kafka_config))
+
+
+async def _clean_restart(config: KafkaConfig) -> None:
+    async with BrokerApp(config, robust=QUIET) as app:
+        pub = await PubsubClient.connect("127.0.0.1", app.port, "pub@example.com")
+        fred = await PubsubClient.connect("127.0.0.1", app.port, "fred@example.com")
+        await pub.create_topic("q.clean")
+        await fred.subscribe("q.clean", 600, link="fred-clean")
+        for k in range(3):
+            await pub.publish("q.clean", f"c{k}".encode())
+        await deliveries(fred, 3)
+        for c in (pub, fred):
+            await c.close()
+    # a clean stop: every link record durable, and the clean-stop record says so
+    async with BrokerApp(config, robust=QUIET) as app:
+        assert app.core.fanout.clean_writer is not None
+        pub = await PubsubClient.connect("127.0.0.1", app.port, "pub@example.com")
+        fred = await PubsubClient.connect("127.0.0.1", app.port, "fred@example.com")
+        await pub.publish("q.clean", b"later")
+        [nxt] = await deliveries(fred, 1)
+        assert nxt.content == b"later"
+        assert nxt.stamp is not None and (nxt.stamp.epoch, nxt.stamp.link_seq) == (0, 4)
+        for c in (pub, fred):
+            await c.close()
+        # the record was deleted on start: had this broker died, the next would not trust it
+        again = FanoutMarks(config, app.core._producer, app.core.codec)  # type: ignore[arg-type]
+        await asyncio.to_thread(again.load)
+        assert again.clean_writer is None
+
+
+def test_after_a_clean_stop_links_keep_their_epochs(kafka_config: KafkaConfig) -> None:
+    """A broker stopped cleanly leaves its links where they were: the next message takes the
+    next seq of the same epoch (a kill -9 begins a new one:
+    test_range_refills_exactly_after_broker_kill_9)."""
+    asyncio.run(_clean_restart(kafka_config))
