@@ -20,8 +20,12 @@ order), without waiting for Kafka to make them durable. The link log stays the e
   repairs by source;
 - a crash can lose records a subscriber already saw; a restarted broker cannot know a link's
   true head, so after a start that the log does not prove clean every link begins a new epoch
-  on first use (`LinkLog.recover`), and the fan-out mark (below) puts what was not durable on
-  its links again in that epoch: the subscriber's stub drops the source seqs it already has.
+  on first use (`LinkLog.begin_new_epochs`, unless the last stop was clean), and the fan-out
+  mark (below) puts what was not durable on its links again in that epoch: the subscriber's
+  stub drops the source seqs it already has;
+- a source repair's catch-up is not live traffic: it is sent only once durable (`_pump`; what
+  is appended after it waits behind it, keeping link order), so every record a crash can lose
+  unlogged carried live data, which the mark sends again and logs.
 So every range of an epoch the link log holds can be refilled exactly (invariant 4), and the
 link log holds everything a subscriber saw except what a crash or a failed append lost, which
 a reset reports.
@@ -63,6 +67,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -111,6 +116,8 @@ class _Pending:
     then: Callable[[_Pending], None] | None = None
     #: its items go packed up to this many per `<batch>` (one link's catch-up only)
     batch: int | None = None
+    #: sent only once settled, and only what became durable (a repair's catch-up)
+    durable_first: bool = False
 
     @property
     def ok(self) -> bool:
@@ -143,8 +150,10 @@ class DeliveryCore:
         self._links, self._routes, self._reader, self._emit = links, routes, reader, emit
         self.heartbeat_s = heartbeat_s
         self._defer, self._clock, self._wall = defer, clock, wall
-        #: appends sent, not yet settled (the mark stays below what they carry)
+        #: appends not yet settled (the mark stays below what they carry)
         self._pending: list[_Pending] = []
+        #: appends not yet sent, in assignment order: they wait behind a catch-up's
+        self._unsent: deque[_Pending] = deque()
         #: a flush of what was gathered is deferred to the end of the turn
         self._flush_due = False
         #: `when_settled` callers: the appends they wait for, and their callback
@@ -331,9 +340,10 @@ class DeliveryCore:
 
     def _append(self, items: list[LinkItem], targets: _Targets, *,
                 repair: RepairReset | None = None, then: Callable[[_Pending], None] | None = None,
-                batch: int | None = None) -> _Pending | None:
-        """Assign seqs to `items`, queue them and send them, after whatever was gathered; the
-        slot, or None if nothing was appended (no items, or the link log refused the batch)."""
+                batch: int | None = None, durable_first: bool = False) -> _Pending | None:
+        """Assign seqs to `items`, queue them and send them (`durable_first`: once settled),
+        after whatever was gathered; the slot, or None if nothing was appended (no items, or
+        the link log refused the batch)."""
         if not items:
             return None
         if self._gathered:
@@ -341,7 +351,8 @@ class DeliveryCore:
         now = self._clock()
         for item in items:
             self._active[item.link] = now
-        slot = _Pending(items, targets, repair=repair, then=then, batch=batch)
+        slot = _Pending(items, targets, repair=repair, then=then, batch=batch,
+                        durable_first=durable_first)
         self._pending.append(slot)
         defer = self._defer
 
@@ -355,15 +366,26 @@ class DeliveryCore:
             log.error("link log append refused; deliveries dropped (the link resets)",
                       items=len(items), error=str(exc))
             return None
-        try:
-            self._send(slot)
-        except Exception:  # one bad batch must not stall every later one
-            log.exception("sequenced fan-out failed for a batch", items=len(items))
+        self._unsent.append(slot)
+        self._pump()
         return slot
+
+    def _pump(self) -> None:
+        """Send what may go, in assignment order: everything up to the first catch-up append
+        still settling."""
+        unsent = self._unsent
+        while unsent and (not unsent[0].durable_first or unsent[0].outcomes is not None):
+            slot = unsent.popleft()
+            try:
+                self._send(slot)
+            except Exception:  # one bad batch must not stall every later one
+                log.exception("sequenced fan-out failed for a batch", items=len(slot.items))
 
     def _settled(self, slot: _Pending, outcomes: list[LinkRecord | JournalUnavailable]) -> None:
         slot.outcomes = outcomes
         self._pending.remove(slot)
+        if self._unsent:
+            self._pump()
         if self._settle_waiters:
             self._wake_settled(id(slot))
         durable = [o for o in outcomes if isinstance(o, LinkRecord)]
@@ -393,19 +415,23 @@ class DeliveryCore:
                 log.exception("a when_settled callback failed")
 
     def _send(self, slot: _Pending) -> None:
-        """Emit the records of an append, in link order, as it was made."""
+        """Emit the records of an append, in link order, as it was made (a catch-up's: those
+        that became durable; a failed one's link begins a new epoch with its next append)."""
         out: list[Outgoing] = []
+        outcomes = slot.outcomes if slot.durable_first else None
         packed: dict[str, int] = {}
         live = self._live_batch
         items, targets, batch = slot.items, slot.targets, slot.batch
         j = 0
-        for record in slot.records:
+        for i, record in enumerate(slot.records):
             kind = record.kind
             # a reset the link log put before an item of ours (a new or broken link)
             inserted = kind is _RESET and items[j].kind is not _RESET
             who, entry = targets[j]
             if not inserted:
                 j += 1
+            if outcomes is not None and isinstance(outcomes[i], JournalUnavailable):
+                continue
             link = record.link
             if batch:
                 packed[link] = batch
@@ -507,7 +533,7 @@ class DeliveryCore:
             items.insert(0, LinkItem.reset(link))
             targets.insert(0, (job.who, None))
         slot = self._append(items, targets, repair=run.reset if first else None,
-                            batch=job.batch,
+                            batch=job.batch, durable_first=True,
                             then=functools.partial(self._repair_sent, run, last))
         if slot is None:
             if not first:

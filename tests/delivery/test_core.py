@@ -370,3 +370,33 @@ class TestWhenSettled:
         assert called == ["fred"]
         rig.core.when_settled("nobody-l", lambda: called.append("nobody"))
         assert called == ["fred", "nobody"]  # nothing settling on it: at once
+
+
+class TestCatchUpDurableFirst:
+    def test_a_catch_up_is_sent_once_durable_and_live_items_wait_behind_it(self) -> None:
+        """A repair's catch-up is not live traffic: it is sent only once the link log holds
+        it, so what a crash can lose unlogged is only live data, which the fan-out mark sends
+        again (robust-binding §2.5); whatever is appended after it waits, keeping link order;
+        a catch-up record that failed is not sent."""
+        rig = _rig()
+        rig.core.forward([rig.publish(T, "pub")])
+        rig.settle_all()
+        rig.core.repair(RepairJob("fred-l", 5, FRED, (("pub", 0),)))
+        rig.answer_reads()
+        rig.deferred.run_all()  # the reset and the catch-up (pub#1) appended, not sent
+        sent = len(rig.wire.sent())
+        rig.core.forward([rig.publish(T, "pub")])
+        rig.deferred.run_all()  # appended: fred's and barney's copies wait behind them
+        assert len(rig.links.unsettled()) == 2
+        assert len(rig.wire.sent()) == sent
+        assert [r.kind for r in rig.wire.on("fred-l")] == [LinkKind.RESET, LinkKind.DATA]
+        catch_up = rig.links.unsettled()[0]
+        assert [r.link for r in catch_up.records] == ["fred-l", "fred-l"]
+        rig.links.settle(catch_up, frozenset({1}))  # the catch-up's data record failed
+        rig.deferred.run_all()
+        new = [(r.link, r.kind, r.epoch, r.link_seq) for _, r, _ in rig.wire.sent()[sent:]]
+        assert new == [("fred-l", LinkKind.RESET, 1, 0), ("fred-l", LinkKind.DATA, 1, 2),
+                       ("barney-l", LinkKind.DATA, 0, 2)]
+        rig.settle_all()
+        assert [a.error is not None for a in rig.wire.answers()] == [True]
+        check_all(rig)
