@@ -23,9 +23,11 @@ order), without waiting for Kafka to make them durable. The link log stays the e
   on first use (`LinkLog.begin_new_epochs`, unless the last stop was clean), and the fan-out
   mark (below) puts what was not durable on its links again in that epoch: the subscriber's
   stub drops the source seqs it already has;
-- a source repair's catch-up is not live traffic: it is sent only once durable (`_pump`; what
-  is appended after it waits behind it, keeping link order), so every record a crash can lose
-  unlogged carried live data, which the mark sends again and logs.
+- a source repair's catch-up and a snapshot are not live traffic: they are sent only once
+  durable (`_pump`; what is appended after them waits behind them, keeping link order), so
+  every record a crash can lose unlogged carried live data, which the mark sends again and
+  logs. (A snapshot is also rendered after the subscription it opens is active, as its InRe
+  needs.)
 So every range of an epoch the link log holds can be refilled exactly (invariant 4), and the
 link log holds everything a subscriber saw except what a crash or a failed append lost, which
 a reset reports.
@@ -257,7 +259,7 @@ class DeliveryCore:
                 targets.append((subscriber, entry))
         if not items:
             return 0
-        slot = self._append(items, targets,
+        slot = self._append(items, targets, durable_first=True,
                             then=None if then is None else lambda done: then(done.ok))
         if slot is None and then is not None:
             then(False)  # the link log refused the batch: nothing was sent
