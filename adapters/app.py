@@ -28,6 +28,7 @@ from broker.recent import DEFAULT_RECENT_BYTES, RecentJournal
 from broker.records import AccessEffect, AccessEntry, AccessKind, now_ms
 from broker.robust.config import RobustConfig
 from broker.robust.fanout import CARRIED_MARGIN_MS
+from common.errors import ApexpsError
 
 __all__ = ["DEFAULT_ACCESS_ID", "DEFAULT_TOKENS_ID", "BrokerApp"]
 
@@ -103,6 +104,7 @@ class BrokerApp:
             # What was journaled but not yet on its links when the last broker stopped is
             # sequenced now (broker/robust/fanout.py), not lost.
             marks = await asyncio.to_thread(self.core.fanout.load)
+            await asyncio.to_thread(self._begin_epochs_unless_clean)
             for part, offset in marks.items():
                 start[part] = min(offset, start.get(part, offset))
             written = self.core.fanout.written_at
@@ -114,6 +116,8 @@ class BrokerApp:
         self.follower = await asyncio.to_thread(
             JournalFollower, self.config, self.core.codec, self.handler.forward_threadsafe,
             start=start, recent=recent)
+        # Nothing before where the follower begins is forwarded, by either road.
+        self.handler.cursor.start(self.follower.start_positions)
         if self.handler.sequenced is not None:
             self.handler.sequenced.follow(self.follower.start_positions, carried,
                                           self.follower.when_read)
@@ -126,6 +130,29 @@ class BrokerApp:
         self.port = self.server.port
         for peer_domain, host, port in self.peers:
             self.server.connect_peer(peer_domain, host, port)
+
+    def _begin_epochs_unless_clean(self) -> None:
+        """Link records are sent before Kafka holds them: unless the last broker to serve
+        stopped cleanly, some a subscriber saw may be lost, so every link begins a new epoch
+        on first use (docs/robust-binding.md §2.5). Then the clean-stop record goes, before
+        anything is served."""
+        fanout, links = self.core.fanout, self.core.links
+        clean = fanout.clean_writer
+        if clean is None or clean < links.last_writer:
+            count = links.begin_new_epochs()
+            if count:
+                log.warning("the last broker did not stop cleanly: every link begins a new "
+                            "epoch", links=count)
+        fanout.running()
+
+    def _stopped_clean(self) -> None:
+        """Every link record durable: say so, so the next start keeps the links' epochs."""
+        try:
+            self.core.links.flush()
+            self.core.fanout.stopped_clean(self.core.links.writer)
+        except ApexpsError as exc:
+            log.warning("clean stop not recorded; the next start begins new link epochs",
+                        error=str(exc))
 
     def _access_changed(self, _entry_id: str, _entry: object) -> None:
         """(Any thread.) Pending watches wait for the access entries (event-binding.md §5)."""
@@ -176,6 +203,8 @@ class BrokerApp:
         if self.acks is not None:
             self.acks.close()
         await asyncio.to_thread(self.follower.stop)
+        if self.sequenced:
+            await asyncio.to_thread(self._stopped_clean)
         self.access.stop_following()
         await asyncio.to_thread(self.holds.close)
         await asyncio.to_thread(self.core.close)

@@ -13,8 +13,10 @@ What arrives (draft-schwartz-apex-pubsub §4):
   stands. A subscribe or cancel sent there by another domain's pubsub service is that service
   forwarding a request to us as its redistributor (§2.4, §4.5 step 4).
 
-What leaves: forwarding of journaled messages (`forward`, called with what the journal follower
-read back, which first advances the data item state; with a link log, sequenced per subscriber
+What leaves: forwarding of journaled messages (`forward`, called by the `ForwardCursor` with
+each journal entry once, in offset order: our own publications as soon as Kafka acknowledged
+them, from memory, everything else as the journal follower reads it back; it first advances the
+data item state; with a link log, sequenced per subscriber
 link by `sequenced.SequencedFanout`, which also serves gap requests, source repairs, capability
 queries, snapshots and heartbeats), cancel notices on expiry and topic deletion, forwarded
 requests to redistributors, and replies a redistributor sent us, passed on to whoever asked.
@@ -71,8 +73,9 @@ from adapters.apex.robust_codec import (
     encode_robust,
     find_publish_meta,
 )
+from broker.delivery.cursor import ForwardCursor
 from broker.events import APP_EVENT_OPTION, WatchTable
-from broker.journal import Journal, PublisherPosition
+from broker.journal import Appended, Journal, PublisherPosition
 from broker.names import DEFAULT_HOPS, REPORT_SERVICE, SERVICE
 from broker.publish_gate import Outcome, PublishGate
 from broker.pubsub import Forward, PubsubService
@@ -140,6 +143,9 @@ class PubsubHandler:
         self._forwarded: dict[int, tuple[Endpoint, int]] = {}
         #: publications accepted in this event-loop turn, appended together
         self._batch: list[tuple[Publication, asyncio.Future[Iterable[Data]]]] = []
+        #: forwards each journal entry once, in offset order, from whichever road brings it
+        #: first: Kafka's acknowledgement of our append, or the journal follower
+        self.cursor = ForwardCursor(self.forward)
         #: drops copies of publications already journaled (publisher seqs, §8)
         self.gate = PublishGate(journal, defer=self._loop.call_soon_threadsafe)
         #: journals WKT=Topics and WKT=Subscriptions as state changes (content-based §6)
@@ -270,8 +276,18 @@ class PubsubHandler:
 
     def _append_batch(self) -> None:
         batch, self._batch = self._batch, []
-        self.gate.append_many([pub for pub, _ in batch],
-                              functools.partial(_resolve_all, [done for _, done in batch]))
+        self.gate.append_many([pub for pub, _ in batch], functools.partial(self._appended, batch))
+
+    def _appended(self, batch: list[tuple[Publication, asyncio.Future[Iterable[Data]]]],
+                  results: list[Outcome]) -> None:
+        """Answer the publishers, then forward what Kafka acknowledged, from memory
+        (broker/delivery/cursor.py): no fetch of the journal between its `ok` and its
+        subscribers. A copy answered without a record of its own forwards nothing."""
+        _resolve_all([done for _, done in batch], results)
+        acked = [JournalEntry.of_publication(pub, r.source_seq, r.appended_at, r.position)
+                 for (pub, _), r in zip(batch, results, strict=True) if type(r) is Appended]
+        if acked:
+            self.cursor.acked(acked)
 
     def _pubstatus(self, originator: Endpoint, doc: object) -> asyncio.Future[Iterable[Data]]:
         """§8: the requester's position, once what it has in flight has settled."""
@@ -479,8 +495,9 @@ class PubsubHandler:
                     recipient_options=per if any(per) else (),
                     content_ref="#Content" if entry.content_type == BEEP_XML else None)
 
-    def forward_threadsafe(self, entries: list[JournalEntry]) -> None:
-        self._loop.call_soon_threadsafe(self.forward, entries)
+    def forward_threadsafe(self, entries: list[JournalEntry], reached: dict[int, int]) -> None:
+        """The journal follower's batch (any thread): to the cursor, on the event loop."""
+        self._loop.call_soon_threadsafe(self.cursor.followed, entries, reached)
 
     async def _expire_loop(self) -> None:
         while True:
