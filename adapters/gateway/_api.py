@@ -46,6 +46,7 @@ __all__ = [
     "parse_subscribe",
     "parse_ws",
     "sse_comment",
+    "sse_end",
     "sse_event",
     "sse_reset",
 ]
@@ -224,6 +225,13 @@ class Replayed:
 
     gap: tuple[int, int] | None
     items: tuple[tuple[int, bytes], ...]
+
+
+def sse_end(reason: str) -> bytes:
+    """The event that ends a stream for good: the broker ended the subscription (expiry, the
+    topic deleted). No id: a reconnect gets 404, and EventSource stops."""
+    text = json.dumps({"end": True, "reason": reason}, separators=(",", ":"))
+    return f"event: end\ndata: {text}\n\n".encode()
 
 
 def sse_reset(epoch: int | None) -> bytes:

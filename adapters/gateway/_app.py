@@ -157,7 +157,8 @@ async def _topics(request: web.Request) -> web.Response:
     who = request.app[_AUTH](request)
     feeds = request.app[_FEEDS]
     try:
-        client = await feeds.connect(feeds.endpoint(who.user, "topics"), who)
+        # a session of its own per request: two at once must not attach one endpoint twice
+        client = await feeds.connect(feeds.endpoint(who.user, f"t{secrets.token_hex(4)}"), who)
     except ApexpsError as exc:
         raise HttpError(503, f"the broker is unavailable: {exc}") from None
     except OSError as exc:
@@ -253,8 +254,8 @@ async def _websocket(request: web.Request) -> web.WebSocketResponse:
         while (item := await stream.get()) is not None:
             seq, event = item
             data = event.decode().split("data: ", 1)[1].strip()
-            if seq == CONTROL:  # a reset: the subscription's seqs start again
-                await ws.send_str(f'{{"reset":{data},"id":"{feed.id}"}}')
+            if seq == CONTROL:  # a reset or the end: {"control": {"reset"|"end": …}}
+                await ws.send_str(f'{{"control":{data},"id":"{feed.id}"}}')
             else:
                 await ws.send_str(f'{{"delivery":{data},"seq":{seq}}}')
         if stream.closed == "slow reader":

@@ -37,7 +37,7 @@ from typing import Any
 import structlog
 
 from adapters.apex.endpoint import Endpoint
-from adapters.client.pubsub_client import Delivered, LinkTraffic, PubsubClient
+from adapters.client.pubsub_client import Delivered, Ended, LinkTraffic, PubsubClient
 from adapters.client.robust_client import Message, RobustSubscriber
 from common.errors import ApexpsError, ReplyCode, ServiceNotAvailable
 
@@ -47,6 +47,7 @@ from ._api import (
     ReplayBuffer,
     SubscribeRequest,
     http_status,
+    sse_end,
     sse_event,
     sse_reset,
 )
@@ -138,6 +139,9 @@ class Feed:
     _refilled: list[Message] = field(default_factory=list)
     _refill_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _pump: asyncio.Task[None] | None = None
+    _watch: asyncio.Task[None] | None = None
+    #: told when the broker ends the subscription by itself (expiry, topic deleted)
+    on_end: Callable[[Feed], None] | None = None
     #: deliveries the feed had from the broker again (gap fill) for reconnecting streams
     refilled: int = 0
 
@@ -159,6 +163,28 @@ class Feed:
 
         self.client.listen_link(self.link, traffic)
         self._pump = asyncio.create_task(self._run(), name=f"gateway-feed-{self.id}")
+        self._watch = asyncio.create_task(self._watch_end(), name=f"gateway-end-{self.id}")
+
+    async def _watch_end(self) -> None:
+        """The service's cancel of our subscription (draft §4.4: on expiry or when the topic
+        goes) ends the feed: each stream gets `sse_end`, and the gateway forgets the id."""
+        try:
+            async for event in self.client.events():
+                if not isinstance(event, Ended) or event.topic != self.request.topic or (
+                        event.subscription_id not in (None, self.apex_id)):
+                    continue
+                log.info("gateway subscription ended by the broker", subscription=self.id,
+                         user=self.user, topic=self.request.topic)
+                end = sse_end("the broker ended the subscription")
+                for stream in self.streams:
+                    stream.offer(CONTROL, end)
+                    stream.close("ended")
+                self.streams.clear()
+                if self.on_end is not None:
+                    self.on_end(self)
+                return
+        except ApexpsError:
+            return  # the connection is gone for good: the pump says so
 
     def render(self, message: Message) -> bytes:
         stamp = message.stamp
@@ -246,10 +272,11 @@ class Feed:
                 else:
                     await self.client.cancel(self.request.topic)
         await self.robust.close()
-        if self._pump is not None:
-            self._pump.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._pump
+        for task in (self._pump, self._watch):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self.client.close()
 
 
@@ -263,6 +290,7 @@ class Feeds:
         self.replay, self.stream_limit, self.max_feeds = replay, stream_limit, max_feeds
         self.feeds: dict[str, Feed] = {}
         self._pending = 0
+        self._closing: set[asyncio.Task[None]] = set()
 
     def endpoint(self, user: str, ident: str | None = None) -> Endpoint:
         base = Endpoint.parse(user if "@" in user else f"{user}@{self.domain}")
@@ -300,11 +328,19 @@ class Feeds:
             self._pending -= 1
         feed = Feed(ident, who.user, request, client, robust, ReplayBuffer(self.replay),
                     self.stream_limit, apex_id)
+        feed.on_end = self._ended
         feed.start()
         self.feeds[ident] = feed
         log.info("gateway subscribed", subscription=ident, user=who.user, topic=request.topic,
                  link=feed.link)
         return feed
+
+    def _ended(self, feed: Feed) -> None:
+        if self.feeds.get(feed.id) is feed:
+            del self.feeds[feed.id]
+        task = asyncio.create_task(feed.close(cancel=False))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     def get(self, ident: str, user: str) -> Feed:
         feed = self.feeds.get(ident)
@@ -322,6 +358,7 @@ class Feeds:
         feeds, self.feeds = list(self.feeds.values()), {}
         for feed in feeds:
             await feed.close(cancel=False)
+        await asyncio.gather(*self._closing, return_exceptions=True)
 
 
 def _refusal(exc: ApexpsError) -> HttpError:

@@ -16,7 +16,7 @@ from typing import Any
 
 import structlog
 from aiohttp import web
-from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
+from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError, LineTooLong
 from aiohttp.web_protocol import RequestHandler
 
 __all__ = ["GatewayRunner"]
@@ -49,9 +49,15 @@ class _Handler(RequestHandler):
                 isinstance(exc, BadHttpMessage) and "too many headers" in str(exc).lower())):
             status = 431
             message = "Request Header Fields Too Large"
+        if not isinstance(exc, HttpProcessingError):  # not the client's: aiohttp's own report
+            return super().handle_error(request, status, exc, message)
+        # The client's malformed request: one line, not aiohttp's traceback of the parser.
         log.warning("gateway refused a request it could not parse", status=status,
-                    error=type(exc).__name__ if exc is not None else None)
-        return super().handle_error(request, status, exc, message)
+                    error=type(exc).__name__, detail=str(exc.message)[:200])
+        response = web.Response(status=status, text=message or exc.message,
+                                content_type="text/plain")
+        response.force_close()
+        return response
 
 
 class _Server(web.Server):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
@@ -34,8 +35,8 @@ def run(body: Coroutine[Any, Any, None]) -> None:
 
 
 async def _refused(r: aiohttp.ClientResponse, status: int, field: str | None = None) -> str:
+    assert r.status == status, r.headers  # first: a stream that was not refused never ends
     body = await r.json()
-    assert r.status == status, body
     assert body.get("field") == field, body
     return str(body["error"])
 
@@ -81,6 +82,15 @@ def test_refusals_are_json_with_the_status_and_field(kafka_config: KafkaConfig,
     run(body())
 
 
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
 def _quote(symbol: str, pct: float) -> bytes:
     return (f"<ps:message-content xmlns:ps='http://www.example.com/pubsub'><ps:content>"
             f"<equity-quote symbol='{symbol}'><net-change-pct>{pct}</net-change-pct>"
@@ -120,11 +130,19 @@ def test_oversized_body_is_413_and_oversized_headers_431(kafka_config: KafkaConf
             url = f"{b.url}/subscriptions"
             async with b.http.post(url, data=b'{"topic": "' + b"x" * 2000 + b'"}') as r:
                 assert r.status == 413
-            async with b.http.get(f"{b.url}/topics", headers={"X-Big": "y" * 600}) as r:
-                assert r.status == 431
-            many = {f"X-H{k}": "1" for k in range(30)}
-            async with b.http.get(f"{b.url}/topics", headers=many) as r:
-                assert r.status == 431
+            aiohttp_log = _Records()
+            logging.getLogger("aiohttp").addHandler(aiohttp_log)
+            with capture_logs() as logs:
+                async with b.http.get(f"{b.url}/topics", headers={"X-Big": "y" * 600}) as r:
+                    assert r.status == 431
+                many = {f"X-H{k}": "1" for k in range(30)}
+                async with b.http.get(f"{b.url}/topics", headers=many) as r:
+                    assert r.status == 431
+            logging.getLogger("aiohttp").removeHandler(aiohttp_log)
+            # one line each, ours; no parser traceback from aiohttp
+            refusals = [e for e in logs if e["event"].startswith("gateway refused")]
+            assert [e["status"] for e in refusals] == [431, 431]
+            assert [r for r in aiohttp_log.records if r.exc_info] == []
             async with b.http.get(f"{b.url}/topics") as r:
                 assert r.status == 200 and "g.big" in (await r.json())["topics"]
     run(body())
@@ -152,6 +170,26 @@ def test_delete_cancels_the_subscription_and_ends_its_streams(kafka_config: Kafk
             # the broker holds no subscription for it any more: a control subscriber's
             # subscribe/cancel of the same topic still works, and publishing succeeds
             await b.publish("g.del", 2, 3)
+    run(body())
+
+
+def test_the_broker_ending_the_subscription_ends_its_streams(kafka_config: KafkaConfig) -> None:
+    """The topic is deleted: the broker cancels the subscription (draft §4.3), the stream
+    gets `event: end` and closes, and the id is gone (404)."""
+    async def body() -> None:
+        async with bench(kafka_config) as b:
+            await b.pub.create_topic("g.end")
+            sub = await b.subscribe("g.end")
+            reader = await b.stream(sub)
+            await b.publish("g.end", 0, 1)
+            await take(reader, 1)
+            await b.pub.delete_topic("g.end")
+            end = await asyncio.wait_for(reader.next(), 60)
+            assert end is not None and end.event == "end" and end.id is None
+            assert await asyncio.wait_for(reader.next(), 60) is None
+            assert sub["id"] not in b.gateway.feeds.feeds
+            async with b.http.get(sub["events"]) as r:
+                assert r.status == 404
     run(body())
 
 
@@ -185,8 +223,12 @@ def test_topics_and_the_console_page(kafka_config: KafkaConfig) -> None:
     async def body() -> None:
         async with bench(kafka_config) as b:
             await b.pub.create_topic("g.t1")
-            async with b.http.get(f"{b.url}/topics") as r:
-                assert r.status == 200 and "g.t1" in (await r.json())["topics"]
+            async def topics() -> list[str]:
+                async with b.http.get(f"{b.url}/topics") as r:
+                    assert r.status == 200
+                    return list((await r.json())["topics"])
+            for listed in await asyncio.gather(*(topics() for _ in range(3))):
+                assert "g.t1" in listed  # three at once, as one user
             async with b.http.get(f"{b.url}/") as r:
                 assert r.status == 200 and r.content_type == "text/html"
                 page = await r.text()

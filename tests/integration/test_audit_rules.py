@@ -101,3 +101,54 @@ def test_link_seqs_wrap_to_one_after_the_resolution(spark: Any) -> None:
         (2, 65536, 0, 0, "DATA", 2, 1, False),
     ], bits=16))
     assert [r["link_seq"] for r in records.orderBy("ordinal").collect()] == [0, 65535, 1]
+
+
+MESSAGES = ("source string, source_seq bigint, topic string, permission_token string, "
+            "expiration_date string, fields map<string, array<string>>, at_ms bigint, "
+            "kafka_partition int, kafka_offset bigint")
+SUBS = ("label string, subscriber string, topic string, link string, sel_key int, "
+        "start_ms bigint, visible_ms bigint, end_ms bigint")
+ENTS = ("subscriber string, topic string, token string, from_ms bigint, to_ms bigint, "
+        "allowed boolean")
+
+
+def _wanted(spark: Any, messages: list[tuple[Any, ...]], subscribers: tuple[str, ...],
+            topic: str, edge_ms: int = 1_000) -> dict[tuple[str, int], bool | str]:
+    """(subscriber, seq) -> the replayed decision ('edge' where either outcome reconciles)."""
+    from broker.spark.audit import decisions
+    from broker.spark.audit.registry import FOREVER
+
+    at0 = int(T0.timestamp() * 1000)
+    msgs = spark.createDataFrame(
+        [("p", seq, topic, None, exp, fields, at0 + dt, 0, seq)
+         for seq, exp, fields, dt in messages], MESSAGES)
+    subs = spark.createDataFrame(
+        [(s, s, topic, s, None, 0, 0, FOREVER) for s in subscribers], SUBS)
+    rows = decisions.pairs(msgs, subs, spark.createDataFrame([], ENTS), {}, edge_ms).collect()
+    return {(r["subscriber"], r["source_seq"]): "edge" if r["edge"] else r["want"] for r in rows}
+
+
+def test_expired_messages_are_not_expected(spark: Any) -> None:
+    """The live fan-out's expiry rule: a date at or before the append never goes, `0` and `*`
+    go, a date after goes; one expiring within the edge of its append reconciles either way."""
+    got = _wanted(spark, [
+        (1, "2026-11-24T00:00:00Z", {}, 0),      # expired a day before its append
+        (2, "0", {}, 0),                          # to the current subscribers, once
+        (3, "*", {}, 0),
+        (4, None, {}, 0),
+        (5, "2026-11-26T00:00:00Z", {}, 0),       # a day left
+        (6, "2026-11-25T00:00:00", {}, 500),      # naive = UTC: expired 500 ms before: edge
+        (7, "2026-11-25T00:00:00+01:00", {}, 0),  # an hour before, by its offset
+    ], ("s",), "t")
+    assert got == {("s", 1): False, ("s", 2): True, ("s", 3): True, ("s", 4): True,
+                   ("s", 5): True, ("s", 6): "edge", ("s", 7): False}
+
+
+def test_wkt_subscriptions_messages_are_expected_only_by_their_own_subscriber(spark: Any) -> None:
+    got = _wanted(spark, [
+        (1, None, {"subscriber": ["a@x"]}, 0),
+        (2, None, {"subscriber": ["b@x"]}, 0),
+        (3, None, {}, 0),
+    ], ("a@x", "b@x"), "WKT=Subscriptions")
+    assert got == {("a@x", 1): True, ("a@x", 2): False, ("a@x", 3): False,
+                   ("b@x", 1): False, ("b@x", 2): True, ("b@x", 3): False}

@@ -10,8 +10,10 @@ one, must match the message's fields. The replay decides each pair the same way 
 evidence: the subscription's lifetime (broker/spark/audit/registry.py) at the message's
 `appended_at`, the token rule's verdict then, the selector compiled to Spark SQL over the
 journal's `fields` (broker/selectors: the live path's three-valued semantics; UNKNOWN is no).
-Message expiration dates are not a live routing rule on the robust path today, nor is
-dataHopping (the fan-out does not look at either), so neither is replayed: see docs/audit.md.
+A message's expiration date is replayed as the fan-out applies it (broker/expiry.py,
+`live=True`: `0` and `*` go, a date at or before the append does not); so is the privacy of
+`WKT=Subscriptions` (a subscriber gets only the messages whose `subscriber` field is itself).
+dataHopping is not a rule of the fan-out, so it is not replayed: see docs/audit.md.
 
 Pairs are judged per (link, message): several subscriptions may travel on one link, and a link
 carries a message once however many of them select it. *Carried* means a live delivery of
@@ -29,8 +31,9 @@ The edge. The broker decides when its fan-out runs and sees registry changes whe
 does: a little after the message's append and the change's record. A pair is *at the edge*,
 and either outcome reconciles it, when its message was appended: between `edge_ms` before its
 subscription's `created_at` and the moment the subscription's record was durable (the fan-out
-sees it from then); within `edge_ms` of its end, either side; or within `edge_ms` after its
-token verdict changed. docs/audit.md gives the rule.
+sees it from then); within `edge_ms` of its end, either side; within `edge_ms` after its
+token verdict changed; or within `edge_ms` of its own expiration (the fan-out may run a little
+after the append). docs/audit.md gives the rule.
 """
 
 from __future__ import annotations
@@ -55,6 +58,17 @@ Column = Any
 
 #: What identifies a judged (link, message) pair.
 PAIR_KEY = ("link", "source", "source_seq")
+
+#: The private well-known topic (content-based §6.3.1; broker/pubsub/wkt.py).
+SUBSCRIPTIONS_TOPIC = "WKT=Subscriptions"
+
+
+def expires_ms(text: str | None) -> int | None:
+    """When a message with this expiration header expires (epoch ms), by the broker's own
+    reading (broker/expiry.py); None for never, `0` or unreadable."""
+    from broker.expiry import expires_at
+
+    return expires_at(text)
 
 
 def selector_keys(subs: Sequence[Lifetime]) -> dict[tuple[str, str], int]:
@@ -87,9 +101,10 @@ def pairs(messages: DataFrame, subs: DataFrame, ents: DataFrame,
     """One row per (message, subscription to its topic) with the replayed decision: `in_life`,
     `allowed`, `selected`, `want`, `edge` (see the module doc).
 
-    `messages`: journal DATA rows (source, source_seq, topic, permission_token, fields, at_ms,
-    kafka_partition, kafka_offset); `subs`: lifetimes (label, subscriber, topic, link, sel_key,
-    start_ms, visible_ms, end_ms); `ents`: (subscriber, topic, token, from_ms, to_ms, allowed)."""
+    `messages`: journal DATA rows (source, source_seq, topic, permission_token,
+    expiration_date, fields, at_ms, kafka_partition, kafka_offset); `subs`: lifetimes (label,
+    subscriber, topic, link, sel_key, start_ms, visible_ms, end_ms); `ents`: (subscriber,
+    topic, token, from_ms, to_ms, allowed)."""
     from pyspark.sql import functions as F
 
     m, s, e = messages.alias("m"), subs.alias("s"), ents.alias("e")
@@ -101,6 +116,14 @@ def pairs(messages: DataFrame, subs: DataFrame, ents: DataFrame,
         "left")
     at, start, end = F.col("m.at_ms"), F.col("s.start_ms"), F.col("s.end_ms")
     token = F.col("m.permission_token")
+    # Only rows with a date reach the Python reading of it; `0` and `*` are decided here.
+    exp = F.col("m.expiration_date")
+    dated = exp.isNotNull() & ~exp.isin("*", "0")
+    expires = F.when(dated, F.udf(expires_ms, "bigint")(exp))
+    unexpired = expires.isNull() | (at < expires)
+    own = ((F.col("m.topic") != SUBSCRIPTIONS_TOPIC)
+           | F.coalesce(F.col("m.fields")["subscriber"] == F.array(F.col("s.subscriber")),
+                        F.lit(False)))
 
     visible, granted = F.col("s.visible_ms"), F.col("e.from_ms")
     edge = (
@@ -109,17 +132,20 @@ def pairs(messages: DataFrame, subs: DataFrame, ents: DataFrame,
         # appended just before its end and fanned out after, or the other way round
         | ((end != FOREVER) & (end - edge_ms <= at) & (at < end + edge_ms))
         # a token verdict that had just changed: the broker's view follows the registry
-        | (token.isNotNull() & (granted > 0) & (granted <= at) & (at < granted + edge_ms)))
+        | (token.isNotNull() & (granted > 0) & (granted <= at) & (at < granted + edge_ms))
+        # expiring about when it was forwarded
+        | (expires.isNotNull() & (expires - edge_ms <= at) & (at < expires + edge_ms)))
     out = verdict.select(
         "m.source", "m.source_seq", "m.topic", "m.at_ms", "m.kafka_partition",
         "m.kafka_offset", "m.permission_token", "m.fields",
         "s.label", "s.subscriber", "s.link", "s.sel_key",
         ((start <= at) & (at < end)).alias("in_life"),
         (token.isNull() | F.coalesce(F.col("e.allowed"), F.lit(False))).alias("allowed"),
-        edge.alias("edge"),
+        edge.alias("edge"), unexpired.alias("unexpired"), own.alias("own"),
     )
     out = out.withColumn("selected", _selector_column(keys)).drop("fields")
-    return out.withColumn("want", F.col("in_life") & F.col("allowed") & F.col("selected"))
+    return out.withColumn("want", F.col("in_life") & F.col("allowed") & F.col("selected")
+                          & F.col("unexpired") & F.col("own"))
 
 
 def carried(live: DataFrame) -> DataFrame:

@@ -76,7 +76,7 @@ def _messages(journal: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     return journal.filter(F.col("decode_error").isNull() & (F.col("kind") == "DATA")).select(
-        "source", "source_seq", "topic", "permission_token", "fields",
+        "source", "source_seq", "topic", "permission_token", "expiration_date", "fields",
         millis("appended_at").alias("at_ms"), "kafka_partition", "kafka_offset")
 
 
