@@ -9,6 +9,13 @@ Order of work: the journal's decode errors and per-source checks (sources.py); t
 records, deliveries and log-only faults (links.py); the registries' lifetimes and token
 verdicts (registry.py); the decision replay (decisions.py). `--topic` narrows the messages and
 the subscriptions; `--subscriber` the subscriptions and the links they travel on.
+
+Cost. Every stage reads the journal and the link log, and a decoded frame is a plan, not data:
+left as it comes, each stage's action would decode the Kafka rows again (the spark-avro CASE
+and the Python fallback's pass over every row), and carry each record's content through the
+shuffles. So each is decoded once and persisted (memory, spilling to disk): the journal
+projected to the columns the stages read, its content reduced to the digest the duplicate check
+compares (the fields a selector needs are extracted before, and only when one does).
 """
 
 from __future__ import annotations
@@ -29,6 +36,11 @@ SparkSession = Any
 #: journal within milliseconds when healthy; a restarted broker re-follows from its fan-out
 #: marks, seconds later. Five seconds covers both without blurring a whole window.
 DEFAULT_EDGE_MS = 5_000
+
+#: The journal's columns the audit reads (`content` only as a digest: sources.py).
+_JOURNAL_KEEP = ("kafka_partition", "kafka_offset", "kafka_timestamp", "kind", "topic",
+                 "source", "source_seq", "publisher_seq", "gap_to", "permission_token",
+                 "expiration_date", "fields", "appended_at", "decode_error")
 
 
 @dataclass(frozen=True)
@@ -70,6 +82,25 @@ class Audit:
     #: deliveries with no pair (extra findings' rows)
     unpaired: DataFrame
     lifetimes: list[registry.Lifetime] = field(default_factory=list)
+
+
+def _journal_once(journal: DataFrame, *, with_fields: bool) -> DataFrame:
+    """The journal as every stage reads it: the columns they use, `content` replaced by its
+    digest, fields extracted where a selector needs them (a Python pass: only then), kept."""
+    from broker.spark.audit.sources import DIGEST, content_digest
+
+    if with_fields:
+        from broker.spark.fields import ensure_fields
+
+        journal = ensure_fields(journal)
+    return _keep(journal.select(*_JOURNAL_KEEP, content_digest().alias(DIGEST)))
+
+
+def _keep(df: DataFrame) -> DataFrame:
+    """`df` persisted where every later stage finds it (memory, spilling to disk)."""
+    from pyspark import StorageLevel
+
+    return df.persist(StorageLevel.MEMORY_AND_DISK)
 
 
 def _messages(journal: DataFrame) -> DataFrame:
@@ -122,18 +153,8 @@ def audit(spark: SparkSession, inputs: AuditInputs, options: AuditOptions) -> Au
     """The reconciliation (see the package doc); nothing runs until a result is read."""
     from pyspark.sql import functions as F
 
-    # Per source: with --topic, the sources that published on it, all their records (a
-    # source's seqs run across its topics, and a hole has no topic).
-    ranges = sources.covered_ranges(inputs.journal)
-    if options.topic is not None:
-        ranges = ranges.join(ranges.filter(F.col("topic") == options.topic).select("source"),
-                             "source", "left_semi")
-    ranges = ranges.cache()
-    holes = sources.source_holes(ranges, options.from_start).cache()
-    stats = sources.source_stats(ranges).cache()
-    found = [sources.source_findings(ranges, holes)]
-
-    # The registries, on the driver.
+    # The registries, on the driver (first: whether any subscription selects decides
+    # whether the journal needs its fields extracted).
     lifetimes = registry.lifetimes(_subscription_rows(inputs.subscriptions))
     if options.topic is not None:
         lifetimes = [s for s in lifetimes if s.topic == options.topic]
@@ -147,15 +168,22 @@ def audit(spark: SparkSession, inputs: AuditInputs, options: AuditOptions) -> Au
         "label string, subscriber string, topic string, link string, sel_key int, "
         "start_ms bigint, visible_ms bigint, end_ms bigint")
 
-    # Selectors read `fields`; live traffic stores them empty until issue 20, so where a
-    # record's map is empty it is extracted from the content as the broker will (fields.py).
-    # Only when some subscription has a selector: the extraction is a Python UDF.
-    if keys:
-        from broker.spark.fields import ensure_fields
+    # Each input decoded once, projected and kept (see the module doc).
+    journal = _journal_once(inputs.journal, with_fields=bool(keys))
+    link_log = _keep(inputs.links)
 
-        all_messages = _messages(ensure_fields(inputs.journal))
-    else:
-        all_messages = _messages(inputs.journal)
+    # Per source: with --topic, the sources that published on it, all their records (a
+    # source's seqs run across its topics, and a hole has no topic).
+    ranges = sources.covered_ranges(journal)
+    if options.topic is not None:
+        ranges = ranges.join(ranges.filter(F.col("topic") == options.topic).select("source"),
+                             "source", "left_semi")
+    ranges = ranges.cache()
+    holes = sources.source_holes(ranges, options.from_start).cache()
+    stats = sources.source_stats(ranges).cache()
+    found = [sources.source_findings(ranges, holes)]
+
+    all_messages = _messages(journal)
     messages = (all_messages if options.topic is None
                 else all_messages.filter(F.col("topic") == options.topic)).cache()
     tokened = {(r["topic"], r["permission_token"]) for r in messages.filter(
@@ -169,7 +197,7 @@ def audit(spark: SparkSession, inputs: AuditInputs, options: AuditOptions) -> Au
         "allowed boolean")
 
     # The link log.
-    records = links.link_records(inputs.links)
+    records = links.link_records(link_log)
     if options.subscriber is not None:
         records = records.filter(F.col("link").isin(sorted({s.link for s in lifetimes})))
     records = records.cache()
@@ -191,7 +219,7 @@ def audit(spark: SparkSession, inputs: AuditInputs, options: AuditOptions) -> Au
     unpaired = decisions.unpaired_deliveries(live, all_messages, judged, covered,
                                              whole=options.whole, topic=options.topic).cache()
     found.append(unpaired)
-    found.append(_decode_errors({"journal": inputs.journal, "links": inputs.links,
+    found.append(_decode_errors({"journal": journal, "links": link_log,
                                  "subscriptions": inputs.subscriptions,
                                  "access": inputs.access}))
 
