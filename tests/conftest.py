@@ -25,6 +25,9 @@ def _spark() -> Iterator[Any]:
     """One local[2] SparkSession for the whole run (starting one costs seconds)."""
     from adapters.local.spark import local_session
 
-    session = local_session(app_name="apexps-tests")
+    # The audit and replay tests leave cached DataFrames on this one session, and the selector
+    # conformance test then builds deep CASE WHEN trees in the driver's analyzer: at the
+    # default 2 GB that ran out of heap at the end of a full run.
+    session = local_session(app_name="apexps-tests", conf={"spark.driver.memory": "6g"})
     yield session
     session.stop()
