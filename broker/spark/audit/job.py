@@ -16,6 +16,14 @@ and the Python fallback's pass over every row), and carry each record's content 
 shuffles. So each is decoded once and persisted (memory, spilling to disk): the journal
 projected to the columns the stages read, its content reduced to the digest the duplicate check
 compares (the fields a selector needs are extracted before, and only when one does).
+
+Each kept frame is partitioned, once, the way the checks over it group their rows, so that
+they sort within partitions and shuffle nothing more: the link log by link (every link check
+is a window partitioned by the link first, links.py), the journal's ranges by source (every
+source check, sources.py), the pairs and the deliveries by (link, source, source seq), the key
+judge and the extras join them on and the summary reads them by. The registries' few rows go
+to every task (broadcast). A kept frame is planned with adaptive execution off (`audit`), or
+it would no longer say how it is partitioned and every query over it would shuffle it again.
 """
 
 from __future__ import annotations
@@ -149,8 +157,28 @@ def _access_rows(access: DataFrame) -> list[dict[str, Any]]:
     return [r.asDict() for r in rows]
 
 
+#: Off while the audit plans its kept frames (a frame is planned when it is kept): planned
+#: adaptively, a kept frame no longer says how it is partitioned, so every later window,
+#: aggregate and join over it would shuffle its rows again, although they were partitioned for
+#: it once. (Spark's canChangeCachedPlanOutputPartitioning=false does not do it in 4.0.) The
+#: queries over the kept frames are still planned adaptively.
+_KEEP_PARTITIONING = "spark.sql.adaptive.enabled"
+
+
 def audit(spark: SparkSession, inputs: AuditInputs, options: AuditOptions) -> Audit:
     """The reconciliation (see the package doc); nothing runs until a result is read."""
+    before = spark.conf.get(_KEEP_PARTITIONING, None)
+    spark.conf.set(_KEEP_PARTITIONING, "false")
+    try:
+        return _audit(spark, inputs, options)
+    finally:
+        if before is None:
+            spark.conf.unset(_KEEP_PARTITIONING)
+        else:
+            spark.conf.set(_KEEP_PARTITIONING, before)
+
+
+def _audit(spark: SparkSession, inputs: AuditInputs, options: AuditOptions) -> Audit:
     from pyspark.sql import functions as F
 
     # The registries, on the driver (first: whether any subscription selects decides
@@ -170,7 +198,9 @@ def audit(spark: SparkSession, inputs: AuditInputs, options: AuditOptions) -> Au
 
     # Each input decoded once, projected and kept (see the module doc).
     journal = _journal_once(inputs.journal, with_fields=bool(keys))
-    link_log = _keep(inputs.links)
+    # The link log partitioned by link before it is kept: every link check (links.py) and the
+    # deliveries' aggregation below then sort within partitions and shuffle nothing.
+    link_log = _keep(inputs.links.repartition("link"))
 
     # Per source: with --topic, the sources that published on it, all their records (a
     # source's seqs run across its topics, and a hole has no topic).
@@ -178,7 +208,8 @@ def audit(spark: SparkSession, inputs: AuditInputs, options: AuditOptions) -> Au
     if options.topic is not None:
         ranges = ranges.join(ranges.filter(F.col("topic") == options.topic).select("source"),
                              "source", "left_semi")
-    ranges = ranges.cache()
+    # (by source, once: every per-source check is a window or an aggregate by source)
+    ranges = ranges.repartition("source").cache()
     holes = sources.source_holes(ranges, options.from_start).cache()
     stats = sources.source_stats(ranges).cache()
     found = [sources.source_findings(ranges, holes)]
@@ -201,22 +232,26 @@ def audit(spark: SparkSession, inputs: AuditInputs, options: AuditOptions) -> Au
     if options.subscriber is not None:
         records = records.filter(F.col("link").isin(sorted({s.link for s in lifetimes})))
     records = records.cache()
-    live = links.deliveries(records)
+    # Each delivered (link, message) once, keyed as the pairs are: judge, the extras and the
+    # summary join on that key without shuffling either side again.
+    carried = decisions.delivered(links.deliveries(records)).repartition(
+        *decisions.PAIR_KEY).cache()
     # Log faults of messages the window holds (the link log is read past it), named with
     # their message's topic.
-    log_faults = links.link_findings(records, live).drop("topic").join(
+    log_faults = links.link_findings(records).drop("topic").join(
         all_messages.select("source", "source_seq", "topic"), ["source", "source_seq"])
     if options.topic is not None:
         log_faults = log_faults.filter(F.col("topic") == options.topic)
     found.append(log_faults.select(*found[0].columns))
 
     # The decisions.
-    pair_rows = decisions.pairs(messages, subs, ents, keys, options.edge_ms).cache()
-    judged = decisions.judge(pair_rows, decisions.carried(live)).cache()
+    pair_rows = decisions.pairs(messages, subs, ents, keys, options.edge_ms).repartition(
+        *decisions.PAIR_KEY).cache()
+    judged = decisions.judge(pair_rows, carried).cache()
     found.append(decisions.pair_findings(judged))
     covered = stats.join(holes.groupBy("source").agg(
         F.collect_list(F.struct("from_seq", "to_seq")).alias("holes")), "source", "left")
-    unpaired = decisions.unpaired_deliveries(live, all_messages, judged, covered,
+    unpaired = decisions.unpaired_deliveries(carried, all_messages, judged, covered,
                                              whole=options.whole, topic=options.topic).cache()
     found.append(unpaired)
     found.append(_decode_errors({"journal": journal, "links": link_log,

@@ -86,6 +86,7 @@ def source_holes(ranges: DataFrame, from_start: Sequence[int] = ()) -> DataFrame
 
 
 def _duplicates(ranges: DataFrame) -> DataFrame:
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     data = ranges.filter(F.col("kind") == "DATA")
@@ -102,11 +103,11 @@ def _duplicates(ranges: DataFrame) -> DataFrame:
                                F.array_join(F.col("offsets").cast("array<string>"), ","),
                                F.when(F.col("contents") == 1, F.lit("same content"))
                                .otherwise(F.lit("different content"))))
-    # One publication under two seqs: same publisher seq, same content.
-    firsts = (data.filter(F.col("publisher_seq").isNotNull())
-              .groupBy("source", "publisher_seq", "digest")
-              .agg(F.min("lo").alias("first_seq")))
-    again = (data.join(firsts, ["source", "publisher_seq", "digest"])
+    # One publication under two seqs: same publisher seq, same content. (A window, not a
+    # join with its own aggregate: ranges partitioned by source need no shuffle for it.)
+    same = Window.partitionBy("source", "publisher_seq", "digest")
+    again = (data.filter(F.col("publisher_seq").isNotNull())
+             .withColumn("first_seq", F.min("lo").over(same))
              .filter(F.col("lo") > F.col("first_seq")))
     by_pubseq = as_findings(
         again, "source_duplicate", source="source", source_seq="lo", topic="topic",
