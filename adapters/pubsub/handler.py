@@ -41,12 +41,13 @@ import contextlib
 import functools
 import itertools
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 
 import structlog
 
 from adapters.apex.codec import BEEP_XML, Data, Option, TargetHop
 from adapters.apex.endpoint import Endpoint
+from adapters.apex.events_codec import EVENT_ELEMENTS
 from adapters.apex.inre import in_re_option
 from adapters.apex.options import hop_limit
 from adapters.apex.pubsub_codec import (
@@ -73,6 +74,7 @@ from adapters.apex.robust_codec import (
     find_publish_meta,
 )
 from broker.delivery.cursor import ForwardCursor
+from broker.events import APP_EVENT_OPTION, WatchTable
 from broker.journal import Appended, Journal, PublisherPosition
 from broker.names import DEFAULT_HOPS, REPORT_SERVICE, SERVICE
 from broker.publish_gate import Outcome, PublishGate
@@ -87,6 +89,7 @@ from common.errors import ApexpsError, OptionNotImplemented, ParameterSyntaxErro
 
 from ._deliveries import SendData
 from ._wkt_publisher import WktPublisher
+from .events import EventNotifier
 from .sequenced import SequencedFanout
 
 __all__ = ["PubsubHandler"]
@@ -118,11 +121,12 @@ class PubsubHandler:
     def __init__(self, service: PubsubService, journal: Journal,
                  send: SendData, links: LinkLog | None = None,
                  robust: RobustConfig | None = None, *, items: ItemStore | None = None,
-                 marks: FanoutMarks | None = None) -> None:
+                 marks: FanoutMarks | None = None, events: WatchTable | None = None) -> None:
         """`links`: the link log; with it, deliveries are sequenced (docs/robust-binding.md)
         and gap requests, source repairs, capability queries and heartbeats are served;
         without it, the plain topic path. `items`: the data item state `forward` advances;
-        with the link log, snapshots are served from it (robust-binding §9)."""
+        with the link log, snapshots are served from it (robust-binding §9). `events`: the
+        resource watch table, with its Expires and implicit policies (event-binding.md)."""
         self.service, self.journal, self._send = service, journal, send
         self.links = links
         self.items = items
@@ -153,16 +157,34 @@ class PubsubHandler:
         self.reports: list[Data] = []
         #: topic@domain -> the origin's last reply to our redistribution subscribe
         self.redistributing: dict[str, Reply] = {}
+        #: resource watches and their Notifies (docs/event-binding.md)
+        self.events = EventNotifier(self, events)
+
+    @property
+    def lock(self) -> asyncio.Lock:
+        """The management lock: one management operation at a time."""
+        return self._lock
+
+    def send(self, data: Data) -> None:
+        """Send data the service initiates."""
+        self._send(data)
+
+    def spawn(self, work: Coroutine[object, object, None]) -> None:
+        """Run `work` as a task of the handler's (cancelled on close)."""
+        self._tasks = [t for t in self._tasks if not t.done()]
+        self._tasks.append(asyncio.create_task(work))
 
     # --- lifecycle ----------------------------------------------------------------------
 
     def start(self) -> None:
         self._expiry_task = asyncio.create_task(self._expire_loop())
         self._tasks.append(asyncio.create_task(self.wkt.publish(self.wkt.reconcile())))
+        self.events.start()
         if self.sequenced is not None:
             self.sequenced.start()
 
     async def close(self) -> None:
+        await self.events.close()
         if self.sequenced is not None:
             await self.sequenced.close()
         for task in [self._expiry_task, *self._tasks]:
@@ -207,6 +229,9 @@ class PubsubHandler:
             tag = _root_tag(data.content)
             if tag == "pubstatus":
                 return self._pubstatus(data.originator, decode_robust(data.content))
+            if tag in EVENT_ELEMENTS:
+                watch = self.events.decode(data.content)
+                return asyncio.ensure_future(self.events.request(data.originator, watch))
             if self.sequenced is not None and tag in ROBUST_ELEMENTS:
                 doc = decode_robust(data.content)
                 return asyncio.ensure_future(self.sequenced.request(data.originator, doc))
@@ -236,10 +261,13 @@ class PubsubHandler:
         in arrival order, as one journal batch; answered once Kafka holds it."""
         hops = {"dataHopping": str(hop_limit(data.options) or DEFAULT_HOPS)}
         meta = find_publish_meta(data.options) or _PLAIN
+        if meta.event is not None:  # its application event (event-binding.md §2)
+            hops[APP_EVENT_OPTION] = str(meta.event)
         pub = self.service.accept(str(data.originator), topic, data.content, data.content_type,
                                   hops, publish_type=meta.publish_type,
                                   message_id=meta.message_id, permission_token=meta.token,
                                   publisher_seq=meta.publisher_seq)
+        self.events.published(str(data.originator), pub, implicit=meta.implicit)
         done: asyncio.Future[Iterable[Data]] = self._loop.create_future()
         if not self._batch:
             self._loop.call_soon(self._append_batch)
@@ -314,6 +342,7 @@ class PubsubHandler:
             wkt.extend(self.wkt.ended(ended, "topic deleted"))
             if self.items is not None:  # on the loop, in order with forward
                 self._loop.call_soon_threadsafe(self.items.forget_topic, op.topic)
+            self._loop.call_soon_threadsafe(self.events.topic_deleted, op.topic)
             return [self._data(originator, Reply(250, op.trans_id)), *self._notices(ended)]
         if isinstance(op, ListTopics):
             names = svc.list_topics(who)
@@ -350,6 +379,7 @@ class PubsubHandler:
             if isinstance(gone, Forward):
                 return [self._forward(originator, op, gone)]
             wkt.extend(self.wkt.ended(gone, "cancelled"))
+            self._loop.call_soon_threadsafe(self.events.routes_ended, gone)
             return [self._data(originator, Reply(250, op.trans_id))]
         if isinstance(op, Reply):
             return self._pass_on(originator, op)
@@ -438,6 +468,9 @@ class PubsubHandler:
     def forward(self, entries: list[JournalEntry]) -> None:
         """Forward journaled messages to their topics' subscribers (on the event loop)."""
         if self.items is not None:
+            # Before the items move: the Notifies read each change off the state before it
+            # (event-binding.md §4).
+            self.events.observe(entries)
             # First, in the same step: a snapshot between two forwards holds exactly what was
             # forwarded (robust-binding §9).
             self.items.apply(entries)
