@@ -34,7 +34,11 @@ from ops.bench.bench_pubsub import ROOT
 
 #: `Safepoint "G1CollectForAllocation", Time since last: …, Total: 123456 ns`
 _SAFEPOINT = re.compile(r'Safepoint "([^"]+)".*Total: (\d+) ns')
-_RUN = re.compile(r"run (\d+) W2 plain: .*p50_ms ([\d.,]+), p99_ms ([\d.,]+)")
+_RUN = re.compile(r"run (\d+) W2 plain: .*p50_ms ([\d.,]+), p99_ms ([\d.,]+).*"
+                  r"cpu_broker_us ([\d.,]+).*cpu_kafka_us ([\d.,]+)")
+#: safepoint operations a collector asks for (the rest: the VM's own, e.g. "Cleanup",
+#: "ICBufferFull", whose time is mostly threads being slow to stop on a busy machine)
+_GC_OPS = re.compile(r"G1|Z[A-Z]|Shenandoah|GC|Collect")
 
 
 def safepoints(lines: Iterable[str]) -> list[tuple[str, float]]:
@@ -97,14 +101,14 @@ def _probe(bootstrap: str, count: int) -> list[str]:
             f"{'' if first is not None else ' (none came)'}"]
 
 
-def _w2(bootstrap: str, runs: int, seconds: float) -> list[tuple[float, float]]:
+def _w2(bootstrap: str, runs: int, seconds: float) -> list[tuple[float, ...]]:
     out = subprocess.run(
         [sys.executable, "-m", "ops.bench.bench_peers", "--bootstrap", bootstrap, "--systems",
          "plain", "--workloads", "W2", "--runs", str(runs), "--seconds", str(seconds)],
         capture_output=True, text=True, cwd=ROOT, check=False)
     if out.returncode:
         print(f"  bench_peers failed: {out.stderr[-1500:]}", flush=True)
-    return [(float(m.group(2).replace(",", "")), float(m.group(3).replace(",", "")))
+    return [tuple(float(m.group(k).replace(",", "")) for k in (2, 3, 4, 5))
             for m in _RUN.finditer(out.stdout)]
 
 
@@ -129,10 +133,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for line in _probe(state.bootstrap, args.probe):
                     print(line, flush=True)
                 runs = _w2(state.bootstrap, args.runs, args.seconds)
-                print("  W2 plain p50/p99 ms by run: "
-                      + ", ".join(f"{p50:.2f}/{p99:.1f}" for p50, p99 in runs), flush=True)
+                print("  W2 plain by run, p50/p99 ms (broker/Kafka CPU µs per message): "
+                      + ", ".join(f"{p50:.2f}/{p99:.1f} ({broker:.0f}/{jvm:.0f})"
+                                  for p50, p99, broker, jvm in runs), flush=True)
                 pauses = safepoints((Path(data) / "logs" / "gc.log").open())[before:]
-                print(f"  after the start: {pause_summary([ms for _, ms in pauses])}")
+                gc_ms = [ms for op, ms in pauses if _GC_OPS.search(op)]
+                print(f"  after the start, the collector's: {pause_summary(gc_ms)}")
+                print("  the VM's other safepoints: "
+                      + pause_summary([ms for op, ms in pauses if not _GC_OPS.search(op)]))
                 worst = sorted(pauses, key=lambda p: -p[1])[:3]
                 print("  longest: " + ", ".join(f"{op} {ms:.1f} ms" for op, ms in worst),
                       flush=True)
