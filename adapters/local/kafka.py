@@ -56,18 +56,26 @@ DEFAULT_STOP_TIMEOUT_S = 60.0
 DEFAULT_HEAP = "1g"
 
 #: The collectors `apexps kafka start --gc` offers (all in OpenJDK 17); bench_kafka_gc.py
-#: compares them by the JVM's stop-the-world time (DATA/logs/gc.log logs every safepoint,
-#: whatever the collector) and by the bench's W2 p99. Earlier G1 figures (two bench_pubsub runs
-#: per setting, young pauses): G1 as is, mean 23 ms, max 57; the stock scripts'
-#: MaxGCPauseMillis=20, mean 25, max 230; SerialGC, mean 30, max 57; one GC thread, mean 26.
+#: compares them (a fresh Kafka each, W2 of bench_peers three times, the JVM's safepoints from
+#: DATA/logs/gc.log, which logs every one whatever the collector). 2026-11-26, load 9-12:
+#:   G1:         its pauses mean 41 ms, max 124 (8 in 3 W2 runs: young collections and a
+#:               remark); Kafka 193-406 µs CPU per message
+#:   ZGC:        mean 0.38 ms, max 2.0 (ZMarkEnd); Kafka 207-221 µs
+#:   Shenandoah: mean 0.29 ms, max 1.2; Kafka 212-284 µs
+#: (an earlier sitting, load 8-12: G1 max 205 ms, ZGC's longest 2.1 ms.) W2's p99 could not
+#: tell them apart that evening: the machine's load put p50 itself at 50-300 ms; issue 21's
+#: quieter table read p99 36 ms on G1, 9.3 on ZGC. So ZGC: no pause of its own above 2 ms,
+#: no more CPU than G1, Shenandoah's pauses as short but its CPU less steady. Earlier G1
+#: tuning (young pauses, two bench_pubsub runs each): as is, mean 23 ms, max 57;
+#: MaxGCPauseMillis=20, mean 25, max 230; SerialGC, mean 30, max 57.
 COLLECTORS: dict[str, tuple[str, ...]] = {
     "G1": ("-XX:+UseG1GC",),
     "ZGC": ("-XX:+UseZGC",),
     "Shenandoah": ("-XX:+UseShenandoahGC",),
 }
-#: The default collector (the figures that chose it: docs/operations.md). An operator may set
-#: KAFKA_JVM_PERFORMANCE_OPTS as for Kafka's own scripts, which replaces these options.
-DEFAULT_GC = "G1"
+#: The default collector (above). An operator may set KAFKA_JVM_PERFORMANCE_OPTS as for
+#: Kafka's own scripts, which replaces these options.
+DEFAULT_GC = "ZGC"
 
 LOG4J_PROPERTIES = """\
 log4j.rootLogger=INFO, file
