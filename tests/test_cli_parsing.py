@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from adapters.cli.main import build_parser
+from adapters.cli.main import build_parser, main
 
 _AS = ["--server", "127.0.0.1:9", "--as", "admin@example.com"]
 
@@ -32,3 +34,18 @@ def test_topic_create_without_a_name_says_so(capsys: pytest.CaptureFixture[str])
         build_parser().parse_args(["topic", "create", *_AS])
     assert exited.value.code == 2
     assert "required: NAME" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [
+    ["audit", "--out", "{tmp}/audit"],
+    ["replay", "--topic", "quotes", "--out", "{tmp}/replay.jsonl"],
+    ["access", "list"],
+])
+def test_commands_without_a_kafka_say_how_to_get_one(
+        argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No --bootstrap and no local Kafka under --data-dir: exit 3 and a line that names both
+    ways out, rather than a connection timeout."""
+    args = [a.format(tmp=tmp_path) for a in argv]
+    assert main([*args, "--data-dir", str(tmp_path / "nothing-here")]) == 3
+    err = capsys.readouterr().err
+    assert "--bootstrap" in err and "apexps up" in err and "Traceback" not in err

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from adapters.cli.paths import default_data_dir
+from adapters.cli.paths import default_data_dir, kafka_bootstrap
 from broker.access import (
     CLI_PREFIX,
     SHORTHANDS,
@@ -66,17 +66,6 @@ def _fail(exc: ApexpsError | str, code: int) -> int:
     return code
 
 
-def _bootstrap(args: argparse.Namespace) -> str:
-    if args.bootstrap:
-        return str(args.bootstrap)
-    from adapters.local.kafka import LocalKafka
-
-    state, running = LocalKafka(Path(args.data_dir) / "kafka").status()
-    if state is None or not running:
-        raise KafkaNotFound(
-            f"no local Kafka runs from {args.data_dir}; pass --bootstrap HOST:PORT, or start "
-            "one with `apexps up` (or `apexps kafka start`)")
-    return state.bootstrap
 
 
 @contextmanager
@@ -86,7 +75,8 @@ def _control(args: argparse.Namespace, *, create: bool) -> Iterator[AccessContro
     no broker has used, which is nearly always a mistyped --namespace."""
     from broker.kafka_io import answers
 
-    config = KafkaConfig(bootstrap=_bootstrap(args), namespace=args.namespace)
+    config = KafkaConfig(bootstrap=kafka_bootstrap(args.bootstrap, args.data_dir),
+                         namespace=args.namespace)
     if not answers(config.bootstrap, timeout_s=10.0):
         raise KafkaNotFound(f"no Kafka answers at {config.bootstrap}; check --bootstrap")
     topic = config.topic("access")

@@ -29,9 +29,10 @@ from typing import Any
 
 import structlog
 
-from adapters.cli.paths import default_data_dir
+from adapters.cli.paths import default_data_dir, kafka_bootstrap
 from broker.kafka_io import KafkaConfig, answers, existing_topics
 from broker.spark.audit.job import DEFAULT_EDGE_MS
+from common.errors import KafkaNotFound
 
 __all__ = ["register"]
 
@@ -70,16 +71,6 @@ def _fail(text: str, code: int) -> int:
     return code
 
 
-def _bootstrap(args: argparse.Namespace) -> str:
-    if args.bootstrap:
-        return str(args.bootstrap)
-    from adapters.local.kafka import LocalKafka
-
-    state, running = LocalKafka(Path(args.data_dir) / "kafka").status()
-    if state is None or not running:
-        raise ConnectionError(f"no local Kafka runs from {args.data_dir}; pass --bootstrap "
-                              "HOST:PORT, or start one with `apexps up`")
-    return state.bootstrap
 
 
 def _existing(config: KafkaConfig) -> set[str]:
@@ -107,8 +98,9 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return _fail(str(exc), EXIT_USAGE)
     try:
-        config = KafkaConfig(bootstrap=_bootstrap(args), namespace=args.namespace)
-    except ConnectionError as exc:
+        config = KafkaConfig(bootstrap=kafka_bootstrap(args.bootstrap, args.data_dir),
+                             namespace=args.namespace)
+    except KafkaNotFound as exc:
         return _fail(str(exc), EXIT_UNREACHABLE)
     if not answers(config.bootstrap, timeout_s=10.0):
         return _fail(f"no Kafka answers at {config.bootstrap}; check --bootstrap",

@@ -39,12 +39,17 @@ from typing import Any
 
 import structlog
 
-from adapters.cli.paths import default_data_dir
+from adapters.cli.paths import default_data_dir, kafka_bootstrap
 from broker import selectors
 from broker.kafka_io import KafkaConfig, answers, partition_count
 from broker.spark.replay import message_tokens, replay
 from broker.spark.source import Bound, parse_bound
-from common.errors import JournalUnavailable, SelectorError, UnsupportedSelectorClass
+from common.errors import (
+    JournalUnavailable,
+    KafkaNotFound,
+    SelectorError,
+    UnsupportedSelectorClass,
+)
 
 __all__ = ["register"]
 
@@ -147,16 +152,6 @@ def _check_usage(args: argparse.Namespace) -> None:
         raise _Usage(f"--out {args.out} is a directory; jsonl output is one file")
 
 
-def _bootstrap(args: argparse.Namespace) -> str:
-    if args.bootstrap:
-        return str(args.bootstrap)
-    from adapters.local.kafka import LocalKafka
-
-    state, running = LocalKafka(Path(args.data_dir) / "kafka").status()
-    if state is None or not running:
-        raise _Unreachable(f"no local Kafka runs from {args.data_dir}; pass --bootstrap "
-                           "HOST:PORT, or start one with `apexps up`")
-    return state.bootstrap
 
 
 def _check_master(master: str) -> None:
@@ -266,7 +261,8 @@ def _run(args: argparse.Namespace) -> int:
         _check_usage(args)
         selector = _compile(args)
         start, end = _bound(args.start, "--from"), _bound(args.end, "--to")
-        config = KafkaConfig(bootstrap=_bootstrap(args), namespace=args.namespace)
+        config = KafkaConfig(bootstrap=kafka_bootstrap(args.bootstrap, args.data_dir),
+                             namespace=args.namespace)
         if not answers(config.bootstrap, timeout_s=CONNECT_TIMEOUT_S):
             raise _Unreachable(f"no Kafka answers at {config.bootstrap}; check --bootstrap "
                                "(or start the local one with `apexps up`)")
@@ -274,7 +270,7 @@ def _run(args: argparse.Namespace) -> int:
     except _Usage as exc:
         print(f"apexps replay: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except _Unreachable as exc:
+    except (_Unreachable, KafkaNotFound) as exc:
         print(f"apexps replay: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     live = sys.stderr.isatty() and not args.log_json
