@@ -331,19 +331,21 @@ WARM_TOPIC = "_apexps.warmup"
 def warm(bootstrap: str, records: int = WARM_RECORDS) -> None:
     """Do to a fresh Kafka what the broker's first minute would, before calling it ready.
 
-    Measured on fresh JVMs (ops/bench/bench_kafka_gc.py, --cold against not): the first
-    idempotent producer after a start is refused its producer id ("Coordinator load in
-    progress") and retries, and the JVM's produce path is still interpreted: without this, the
-    2nd-10th produces of a probe took up to 33 ms on G1 (5 ms on ZGC), with it 14 ms (3 ms),
-    against a steady 0.8-1.4 ms; its heap is also still at -Xms, so the first load's
-    allocation grows it through collections. So: a producer with the broker's settings
-    (idempotent, acks=all) appends `records` to a topic of its own a few at a time, and a
-    consumer assigned to it (as the broker's readers are: no group) fetches them back.
+    Measured on fresh JVMs (ops/bench/bench_kafka_gc.py, with --cold and without; a loaded
+    machine, so only the large differences count): the first idempotent producer after a start
+    is refused its producer id ("Coordinator load in progress") and retries; a consumer's first
+    group coordinator lookup creates `__consumer_offsets` (its first record came after 3.2-3.3 s
+    cold, 0.26-0.41 s warmed); the JVM's produce path is still interpreted (the 2nd-10th produce
+    of a probe: up to 24-33 ms on G1 cold, 7-14 warmed, against a steady 0.8-1.8 ms); and the
+    heap is at -Xms, grown by the first load's collections. So: a producer with the broker's
+    settings (idempotent, acks=all) appends `records` to a topic of its own a few at a time, and
+    a consumer with a group, assigned to it (as the broker's readers are), fetches them back.
 
     Not warmed here, because it is per client, not per JVM: every new idempotent producer
-    (a broker process's journal producer) waits 0.5-1 s for its producer id before its first
-    record is acknowledged, also on a long-running Kafka (librdkafka retries the request on a
-    timer when no connection is up yet at creation).
+    waits 0.5-1 s for its producer id before its first record is acknowledged, also on a
+    long-running Kafka (librdkafka retries the request on a timer when no connection is up yet
+    at creation). The broker's own start writes to Kafka before it listens, which covers it:
+    its first publication measured 12-55 ms, the fifth 1-2 ms.
     """
     admin = AdminClient({"bootstrap.servers": bootstrap})
     try:
