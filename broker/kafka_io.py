@@ -334,7 +334,7 @@ def warm(bootstrap: str, records: int = WARM_RECORDS) -> None:
     Measured on fresh JVMs (ops/bench/bench_kafka_gc.py, with --cold and without; a loaded
     machine, so only the large differences count): the first idempotent producer after a start
     is refused its producer id ("Coordinator load in progress") and retries; a consumer's first
-    group coordinator lookup creates `__consumer_offsets` (its first record came after 3.2-3.3 s
+    group coordinator lookup creates `__consumer_offsets` (its first record came after 1.3-4.2 s
     cold, 0.26-0.41 s warmed); the JVM's produce path is still interpreted (the 2nd-10th produce
     of a probe: up to 24-33 ms on G1 cold, 7-14 warmed, against a steady 0.8-1.8 ms); and the
     heap is at -Xms, grown by the first load's collections. So: a producer with the broker's
