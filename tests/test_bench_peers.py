@@ -149,6 +149,7 @@ def test_a_stamp_is_xml_selectable_by_its_symbol() -> None:
     assert len(body) == bp.SIZE
     root = etree.fromstring(body)
     assert (root.tag, root.get("symbol"), root.get("i")) == ("q", "S7", "42")
+    assert bp.symbol_of(body) == 7
     assert bp.due_of(body) == 1_795_655_118.343123
 
 
