@@ -209,7 +209,8 @@ class PubsubClient:
                       service_domain: str | None = None, link_events: bool = False,
                       reconnect: ReconnectPolicy | None = None,
                       **security: Any) -> PubsubClient:
-        """`security`: ApexClient.connect's tls, sasl, mechanism and server_hostname.
+        """`security`: ApexClient.connect's tls, sasl, mechanism and server_hostname (and its
+        max_in_flight, the requests on the wire at once: 288 by default).
         `reconnect`: survive lost connections by this policy (see the module docstring); the
         `ReconnectingApexClient` is `.client`, for its `add_listener`."""
         me = Endpoint.parse(endpoint) if isinstance(endpoint, str) else endpoint
