@@ -573,12 +573,15 @@ def encode(operation: Operation) -> tuple[str, bytes]:
 
 
 def _encode_fast(data: Data) -> tuple[str, bytes] | None:
-    """`_encode_general(data)` for a data without options carried in a `cid:` part; else None.
+    """`_encode_general(data)` for a data carried in a `cid:` part whose only options are the
+    data's own (none on the originator or a recipient); else None.
 
     The same octets, the same Content-IDs and boundary drawn in the same order; only the
-    parties' XML comes from a cache and the entity is written in one piece.
+    parties' XML comes from a cache and the entity is written in one piece. The data's own
+    options follow the parties as `encode_xml` writes them: a broker's deliveries each carry
+    its dataHopping option, and took the general path for it.
     """
-    if data.options or data.originator_options or data.recipient_options:
+    if data.originator_options or data.recipient_options:
         return None
     ref = data.content_ref
     if ref is None:
@@ -599,6 +602,8 @@ def _encode_fast(data: Data) -> tuple[str, bytes] | None:
                    if len(recipients) <= _MAX_CACHED_PARTIES
                    else _parties(originator, recipients))
         _recent_parties[0] = (originator, recipients, parties)
+    if data.options:
+        parties += "".join(_option_xml(o, "    ") for o in data.options).encode("utf-8")
     return write_data(parties, data.content_type, data.content, xml_ref=xml_ref,
                       content_id=cid, start_id=start_id, boundary=boundary)
 
