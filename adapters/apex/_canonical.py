@@ -34,6 +34,13 @@ Each guard below exists for one clause of that:
   and lxml's attribute-value normalisation has nothing to change: the text is the value. The
   document must be ASCII (the C leaves any other octet to the general path).
 
+* The data's own options, if any, after the recipients: each exactly as `encode_xml` writes
+  one whose content is a single empty element (`<option internal='N' targetHop='all'
+  mustUnderstand='true' transID='7'>` around `<dataHopping noMoreThan='8' reportErrors='true'
+  />`: what a broker puts on every delivery), with attribute values of letters and digits
+  only. The general path keeps an option's content as lxml serializes it, which for such an
+  element is `<dataHopping noMoreThan="8" reportErrors="true"/>`; that is what is returned.
+
 The endpoints are parsed here (`Endpoint.parse`; one that does not parse is declined), cached
 with the text they came from. The caller passes the control document's size limit (checked
 before any regex runs over it); the other limits are `_codec`'s to check.
@@ -63,7 +70,7 @@ from common.errors import InvalidParameter
 
 from .endpoint import Endpoint
 
-__all__ = ["FAST_CONTENT_TYPE_PREFIX", "DataLayout", "match_data", "write_data"]
+__all__ = ["FAST_CONTENT_TYPE_PREFIX", "DataLayout", "OptionFields", "match_data", "write_data"]
 
 #: What the Content-Type of every entity `match_data` could accept starts with.
 FAST_CONTENT_TYPE_PREFIX = 'multipart/related; boundary="'
@@ -92,6 +99,18 @@ _PARTIES = re.compile(
     + "((?:" + _party("recipient", f"(?:'{_VALUE}'|\"{_VALUE}\")") + ")*)"
     + rf"{_WS}*</data{_WS}*>{_WS}*")
 _RECIPIENT = re.compile(rf"<recipient{_WS}+identity{_WS}*={_WS}*['\"]({_VALUE})")
+# A data's own option in `encode_xml`'s form, its content one empty element (module docstring).
+_NAME = r"[A-Za-z][A-Za-z0-9]{0,63}"
+_OPTION = re.compile(
+    rf"{_WS}*<option internal='({_NAME})' targetHop='(this|final|all)'"
+    rf" mustUnderstand='(true|false)' transID='([1-9][0-9]{{0,8}})'>"
+    rf"{_WS}*<({_NAME})((?: {_NAME}='[A-Za-z0-9]{{0,64}}')*) />{_WS}*</option>")
+_OPTION_ATTR = re.compile(rf" ({_NAME})='([A-Za-z0-9]*)'")
+#: What closes the document after the options (as `_PARTIES` ends).
+_END = re.compile(rf"{_WS}*</data{_WS}*>{_WS}*")
+#: (name, transID, targetHop, mustUnderstand, content) of one option, as the general path
+#: would have read it
+OptionFields = tuple[str, int, str, bool, str]
 #: Longest rest of a document whose parties are cached (`_cached_parties`): a few dozen
 #: recipients; bounds the cache's memory whatever peers send.
 _MAX_CACHED_REST = 2048
@@ -116,6 +135,21 @@ class DataLayout(NamedTuple):
     recipients: tuple[Endpoint, ...]
     content_type: str
     content: bytes
+    #: the data's own options (none: the usual case)
+    options: tuple[OptionFields, ...] = ()
+
+
+def _options(text: str) -> tuple[OptionFields, ...] | None:
+    """The options `text` (the document from the first `<option` to its end) holds, then the
+    end of the document; None if it is anything else."""
+    found, at = [], 0
+    while (m := _OPTION.match(text, at)) is not None:
+        inner = "".join(f' {a}="{v}"' for a, v in _OPTION_ATTR.findall(m[6]))
+        found.append((m[1], int(m[4]), m[2], m[3] == "true", f"<{m[5]}{inner}/>"))
+        at = m.end()
+    if not found or _END.fullmatch(text, at) is None:
+        return None
+    return tuple(found)
 
 
 def _parties(rest: str) -> _Parties | None:
@@ -147,10 +181,19 @@ def match_data(content_type: str, body: bytes, max_xml_size: int) -> DataLayout 
     if got is None or got is True:
         return None
     content_ref, rest, media_type, content = got
+    options: tuple[OptionFields, ...] = ()
+    first = rest.find("<option")
+    if first >= 0:
+        # Values hold no "<", so this is a tag: the data's own options if the parties end
+        # before it (a recipient's options make what precedes it no parties: declined).
+        found = _options(rest[first:])
+        if found is None:
+            return None
+        options, rest = found, rest[:first] + "</data>"
     parties = _cached_parties(rest) if len(rest) <= _MAX_CACHED_REST else _parties(rest)
     if parties is None:
         return None
-    return DataLayout(content_ref, parties[0], parties[1], media_type, content)
+    return DataLayout(content_ref, parties[0], parties[1], media_type, content, options)
 
 
 def write_data(parties: bytes, content_type: str, content: bytes, *, xml_ref: str,

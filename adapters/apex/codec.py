@@ -203,6 +203,7 @@ class Data:
 _set_data_fields = tuple(Data.__dict__[name].__set__ for name in (
     "originator", "recipients", "content", "content_type", "options", "originator_options",
     "recipient_options", "content_ref"))
+_set_options = _set_data_fields[4]
 
 
 def plain_data(originator: Endpoint, recipients: tuple[Endpoint, ...], content: bytes,
@@ -447,9 +448,14 @@ def _decode_fast(content_type: str, body: bytes) -> Data | None:
     if (layout is None or len(layout.recipients) > DEFAULT_MAX_RECIPIENTS
             or len(layout.content) > DEFAULT_MAX_CONTENT_SIZE):
         return None
-    # match_data found at least one recipient and no options
-    return plain_data(layout.originator, layout.recipients, layout.content,
+    # match_data found at least one recipient, and options (if any) only of the data's own
+    data = plain_data(layout.originator, layout.recipients, layout.content,
                       layout.content_type, layout.content_ref)
+    if layout.options:
+        _set_options(data, tuple(
+            Option(name, trans_id, False, TargetHop(hop), must, None, content)
+            for name, trans_id, hop, must, content in layout.options))
+    return data
 
 
 def _decode_general(content_type: str, body: bytes) -> Operation:

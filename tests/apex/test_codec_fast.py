@@ -315,3 +315,86 @@ def test_plain_data_is_the_constructors_data(content: bytes, content_type: str,
     assert fast == slow and hash(fast) == hash(slow) and repr(fast) == repr(slow)
     with pytest.raises(AttributeError):
         fast.content = b"changed"  # type: ignore[misc]
+
+
+# --- a data's own options on the fast decoder (a broker's deliveries carry dataHopping) -------
+
+
+_hop_like = st.builds(
+    Option, st.sampled_from(["dataHopping", "dataTiming", "x1"]), st.integers(1, 999_999_999),
+    st.just(False), st.sampled_from([TargetHop.ALL, TargetHop.THIS]), st.just(True),
+    st.none(), st.sampled_from([
+        "<dataHopping noMoreThan='8' reportErrors='true' />",
+        "<dataHopping noMoreThan='255' />", "<x />", "<dataTiming noLaterThan='6000' />"]))
+
+
+@settings(max_examples=300)
+@given(datas(plain_endpoints), st.lists(_hop_like, min_size=1, max_size=3))
+def test_a_datas_own_options_take_the_fast_path_to_the_general_result(
+        data: Data, options: list[Option]) -> None:
+    """A data with options of its own as encode() writes them (one empty element each, as a
+    broker's dataHopping) is decoded by the fast path, equal to the general path's result."""
+    data = Data(data.originator, data.recipients, data.content, data.content_type,
+                options=tuple(options))
+    content_type, body = encode(data)
+    fast = _decode_fast(content_type, body)
+    assert fast is not None
+    general = _decode_general(content_type, body)
+    assert fast == general
+    assert all(o.content.endswith("/>") for o in fast.options)
+
+
+def test_a_brokers_delivery_takes_the_fast_path() -> None:
+    """The delivery the broker sends a plain subscriber (captured from the wire): its
+    dataHopping option read as the general path reads it, content as lxml serializes it."""
+    body = (b"--b1\r\nContent-Type: application/beep+xml\r\nContent-ID: <s1@apexps.invalid>\r\n"
+            b"\r\n<data content='cid:c1@apexps.invalid'>\r\n"
+            b"    <originator identity='apex=pubsub/t.q@bench.example' />\r\n"
+            b"    <recipient identity='s@bench.example' />\r\n"
+            b"    <option internal='dataHopping' targetHop='all' mustUnderstand='true'"
+            b" transID='1'>\r\n        <dataHopping noMoreThan='8' reportErrors='true' />\r\n"
+            b"    </option>\r\n</data>\r\n--b1\r\nContent-Type: application/xml\r\n"
+            b"Content-Transfer-Encoding: binary\r\nContent-ID: <c1@apexps.invalid>\r\n\r\n"
+            b"<q symbol='S1'/>\r\n--b1--\r\n")
+    content_type = ('multipart/related; boundary="b1"; start="<s1@apexps.invalid>";'
+                    ' type="application/beep+xml"')
+    fast = _decode_fast(content_type, body)
+    assert fast is not None and fast == _decode_general(content_type, body)
+    assert fast.options == (Option("dataHopping", 1, False, TargetHop.ALL, True, None,
+                                   '<dataHopping noMoreThan="8" reportErrors="true"/>'),)
+
+
+@pytest.mark.parametrize("option", [
+    # text or markup the general path keeps as content, and a form this one does not write
+    b"<option internal='dataHopping' targetHop='all' mustUnderstand='true' transID='1'>"
+    b"hops <dataHopping noMoreThan='8' /></option>",
+    b"<option internal='dataHopping' targetHop='all' mustUnderstand='true' transID='1'>"
+    b"<dataHopping noMoreThan=\"8\" /></option>",
+    b"<option internal='dataHopping' targetHop='all' mustUnderstand='true' transID='1'>"
+    b"<dataHopping noMoreThan='&#56;' /></option>",
+    b"<option internal='dataHopping' targetHop='all' mustUnderstand='true' transID='0'>"
+    b"<x /></option>",
+    b"<option internal='dataHopping' targetHop='all' mustUnderstand='true' transID='1'>"
+    b"<x /><y /></option>",
+    b"<option internal='dataHopping' mustUnderstand='true' targetHop='all' transID='1'>"
+    b"<x /></option>",
+    b"<option internal='dataHopping' targetHop='all' mustUnderstand='true' transID='1' />",
+    b"<option internal='a' targetHop='all' mustUnderstand='true' transID='1'><x /></option>"
+    b"<data-content Name='c'>x</data-content>",
+])
+def test_other_option_forms_are_declined_or_read_alike(option: bytes) -> None:
+    """Whatever else stands after the recipients, the fast path declines it or reads what
+    the general path reads."""
+    body = (b"--b1\r\nContent-Type: application/beep+xml\r\nContent-ID: <s1@x>\r\n"
+            b"\r\n<data content='cid:c1@x'>\r\n    <originator identity='a@example.com' />\r\n"
+            b"    <recipient identity='b@example.com' />\r\n    " + option +
+            b"\r\n</data>\r\n--b1\r\nContent-Type: text/plain\r\n"
+            b"Content-Transfer-Encoding: binary\r\nContent-ID: <c1@x>\r\n\r\nhi\r\n--b1--\r\n")
+    content_type = ('multipart/related; boundary="b1"; start="<s1@x>";'
+                    ' type="application/beep+xml"')
+    fast = _decode_fast(content_type, body)
+    try:
+        general: object = _decode_general(content_type, body)
+    except ApexpsError as exc:
+        general = exc
+    assert fast is None or fast == general
