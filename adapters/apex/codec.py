@@ -579,15 +579,16 @@ def encode(operation: Operation) -> tuple[str, bytes]:
 
 
 def _encode_fast(data: Data) -> tuple[str, bytes] | None:
-    """`_encode_general(data)` for a data carried in a `cid:` part whose only options are the
-    data's own (none on the originator or a recipient); else None.
+    """`_encode_general(data)` for a data carried in a `cid:` part (none on the originator);
+    else None.
 
     The same octets, the same Content-IDs and boundary drawn in the same order; only the
-    parties' XML comes from a cache and the entity is written in one piece. The data's own
-    options follow the parties as `encode_xml` writes them: a broker's deliveries each carry
-    its dataHopping option, and took the general path for it.
+    parties' XML comes from a cache and the entity is written in one piece. Options are
+    written as `encode_xml` writes them, by the same functions: a broker's every delivery
+    carries its dataHopping option, and a selected one an InRe per recipient; both took the
+    general path for it.
     """
-    if data.originator_options or data.recipient_options:
+    if data.originator_options:
         return None
     ref = data.content_ref
     if ref is None:
@@ -601,7 +602,12 @@ def _encode_fast(data: Data) -> tuple[str, bytes] | None:
         return None
     originator, recipients = data.originator, data.recipients
     recent = _recent_parties[0]
-    if recent[0] is originator and recent[1] is recipients:
+    if data.recipient_options:  # different with every data (the ids it satisfied): no cache
+        parties = "".join([
+            _container("originator", f" identity='{_esc(str(originator))}'", (), "    "),
+            *(_container("recipient", f" identity='{_esc(str(r))}'", data.options_of(i),
+                         "    ") for i, r in enumerate(recipients))]).encode("utf-8")
+    elif recent[0] is originator and recent[1] is recipients:
         parties = recent[2]
     else:
         parties = (_parties_xml(originator, recipients)

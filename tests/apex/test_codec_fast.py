@@ -252,9 +252,9 @@ def test_fast_encode_writes_the_general_octets(data: Data, ref: str | None) -> N
 
 
 def test_fast_encode_of_many_recipients_and_its_scope() -> None:
-    """Past the parties cache the octets are still the general ones; the originator's and
-    recipients' options, `#` and external references are left to the general encoder;
-    `<ok />` is written once."""
+    """Past the parties cache the octets are still the general ones; the originator's
+    options, `#` and external references are left to the general encoder; `<ok />` is
+    written once."""
     data = Data(FRED, tuple(Endpoint.parse(f"r{i}@example.com") for i in range(70)), b"x")
     with deterministic_ids():
         general = _encode_general(data)
@@ -262,7 +262,6 @@ def test_fast_encode_of_many_recipients_and_its_scope() -> None:
         assert _encode_fast(data) == general
     option = (Option("x"),)
     for declined in [Data(FRED, (BARNEY,), originator_options=option),
-                     Data(FRED, (BARNEY,), recipient_options=(option,)),
                      Data(FRED, (BARNEY,), b"<x/>", content_ref="#c"),
                      Data(FRED, (BARNEY,), content_ref="http://example.com/x")]:
         assert _encode_fast(declined) is None
@@ -283,14 +282,20 @@ _options = st.lists(st.builds(
 
 
 @settings(max_examples=300)
-@given(datas(endpoints), _refs, _options)
-def test_fast_encode_of_the_datas_own_options_writes_the_general_octets(
-        data: Data, ref: str | None, options: list[Option]) -> None:
-    """A data with options of its own (a broker's deliveries carry dataHopping) is written
-    by the fast encoder, to the general encoder's octets, and the general decoder reads the
-    options back (where the reference is ours)."""
+@given(datas(endpoints), _refs, _options, st.data())
+def test_fast_encode_of_options_writes_the_general_octets(
+        data: Data, ref: str | None, options: list[Option], draw: st.DataObject) -> None:
+    """A data with options of its own (a broker's deliveries carry dataHopping) and per
+    recipient (a selected delivery's InRe) is written by the fast encoder, to the general
+    encoder's octets, and the general decoder reads the options back (where the reference is
+    ours)."""
+    per_recipient = draw.draw(st.none() | st.lists(
+        st.lists(_options.flatmap(st.just), max_size=1).map(
+            lambda found: tuple(found[0]) if found else ()),
+        min_size=len(data.recipients), max_size=len(data.recipients)))
     data = Data(data.originator, data.recipients, data.content, data.content_type,
-                options=tuple(options), content_ref=ref)
+                options=tuple(options), content_ref=ref,
+                recipient_options=tuple(per_recipient) if per_recipient else ())
     with deterministic_ids():
         general = _outcome(_encode_general, data)
     with deterministic_ids():
