@@ -40,6 +40,13 @@ Each guard below exists for one clause of that:
   />`: what a broker puts on every delivery), with attribute values of letters and digits
   only. The general path keeps an option's content as lxml serializes it, which for such an
   element is `<dataHopping noMoreThan="8" reportErrors="true"/>`; that is what is returned.
+* A recipient's options, if any, each in the form `encode_xml` writes an option with no
+  attribute but its name (an InRe: `<option internal='InRe'>` around `<subscription-id>1
+  </subscription-id>` elements, text of letters, digits, `.`, `_` and `-`). Their content is
+  the source from the first element to the last: lxml writes such elements back as they were,
+  and the white space between them (the tails) with each CR LF or CR read as LF, as XML reads
+  line ends. A document with any option goes this way, a few regular expressions in a loop
+  (`_rich`); the usual one without keeps the single cached match.
 
 The endpoints are parsed here (`Endpoint.parse`; one that does not parse is declined), cached
 with the text they came from. The caller passes the control document's size limit (checked
@@ -108,9 +115,17 @@ _OPTION = re.compile(
 _OPTION_ATTR = re.compile(rf" ({_NAME})='([A-Za-z0-9]*)'")
 #: What closes the document after the options (as `_PARTIES` ends).
 _END = re.compile(rf"{_WS}*</data{_WS}*>{_WS}*")
+_ORIGINATOR = re.compile(_party("originator", rf"(['\"])({_VALUE})\1"))
+_RECIPIENT_OPEN = re.compile(rf"{_WS}*<recipient{_WS}+identity{_WS}*={_WS}*(['\"])({_VALUE})\1"
+                             rf"{_WS}*(/?)>")
+_RECIPIENT_CLOSE = re.compile(rf"{_WS}*</recipient{_WS}*>")
+# A recipient's option (module docstring): its name only, elements of plain text inside.
+_NAMED_OPTION = re.compile(
+    rf"{_WS}*<option internal='({_NAME})'>{_WS}*"
+    rf"((?:<([A-Za-z][A-Za-z0-9-]{{0,63}})>[A-Za-z0-9._-]{{1,64}}</\3>{_WS}*)+)</option>")
 #: (name, transID, targetHop, mustUnderstand, content) of one option, as the general path
 #: would have read it
-OptionFields = tuple[str, int, str, bool, str]
+OptionFields = tuple[str, int | None, str, bool, str]
 #: Longest rest of a document whose parties are cached (`_cached_parties`): a few dozen
 #: recipients; bounds the cache's memory whatever peers send.
 _MAX_CACHED_REST = 2048
@@ -137,6 +152,8 @@ class DataLayout(NamedTuple):
     content: bytes
     #: the data's own options (none: the usual case)
     options: tuple[OptionFields, ...] = ()
+    #: each recipient's options, in order (empty: none has any)
+    recipient_options: tuple[tuple[OptionFields, ...], ...] = ()
 
 
 def _options(text: str) -> tuple[OptionFields, ...] | None:
@@ -150,6 +167,46 @@ def _options(text: str) -> tuple[OptionFields, ...] | None:
     if not found or _END.fullmatch(text, at) is None:
         return None
     return tuple(found)
+
+
+def _rich(rest: str) -> tuple[_Parties, tuple[tuple[OptionFields, ...], ...],
+                              tuple[OptionFields, ...]] | None:
+    """The parties, each recipient's options and the data's own, of a document with options
+    (module docstring), if it is in that form and they parse; else None."""
+    m = _ORIGINATOR.match(rest)
+    if m is None:
+        return None
+    at, identities, per_recipient = m.end(), [m[2]], []
+    while (r := _RECIPIENT_OPEN.match(rest, at)) is not None:
+        identities.append(r[2])
+        at, found = r.end(), []
+        if not r[3]:  # <recipient ...> with options inside
+            while (o := _NAMED_OPTION.match(rest, at)) is not None:
+                content = o[2].rstrip(" \t\r\n").replace("\r\n", "\n").replace("\r", "\n")
+                found.append((o[1], None, "final", False, content))
+                at = o.end()
+            close = _RECIPIENT_CLOSE.match(rest, at)
+            if not found or close is None:
+                return None
+            at = close.end()
+        per_recipient.append(tuple(found))
+    if len(identities) < 2:
+        return None
+    options: tuple[OptionFields, ...] = ()
+    if _END.fullmatch(rest, at) is None:
+        found_options = _options(rest[at:])
+        if found_options is None:
+            return None
+        options = found_options
+    try:
+        parties = (_endpoint(identities[0]), tuple(map(_endpoint, identities[1:])))
+    except InvalidParameter:
+        return None  # the general path says which endpoint
+    return parties, tuple(per_recipient) if any(per_recipient) else (), options
+
+
+#: Endpoints by their text: a document with options is not cached whole (`_rich`).
+_endpoint = functools.lru_cache(maxsize=1024)(Endpoint.parse)
 
 
 def _parties(rest: str) -> _Parties | None:
@@ -181,19 +238,17 @@ def match_data(content_type: str, body: bytes, max_xml_size: int) -> DataLayout 
     if got is None or got is True:
         return None
     content_ref, rest, media_type, content = got
-    options: tuple[OptionFields, ...] = ()
-    first = rest.find("<option")
-    if first >= 0:
-        # Values hold no "<", so this is a tag: the data's own options if the parties end
-        # before it (a recipient's options make what precedes it no parties: declined).
-        found = _options(rest[first:])
-        if found is None:
+    if "<option" in rest:  # values hold no "<": this is an option element somewhere
+        rich = _rich(rest)
+        if rich is None:
             return None
-        options, rest = found, rest[:first] + "</data>"
+        (originator, recipients), per_recipient, options = rich
+        return DataLayout(content_ref, originator, recipients, media_type, content, options,
+                          per_recipient)
     parties = _cached_parties(rest) if len(rest) <= _MAX_CACHED_REST else _parties(rest)
     if parties is None:
         return None
-    return DataLayout(content_ref, parties[0], parties[1], media_type, content, options)
+    return DataLayout(content_ref, parties[0], parties[1], media_type, content)
 
 
 def write_data(parties: bytes, content_type: str, content: bytes, *, xml_ref: str,

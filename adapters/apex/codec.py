@@ -45,7 +45,7 @@ from lxml import etree
 from common.errors import ApexpsError, ParameterSyntaxError, SyntaxError_
 from common.xml_safe import UnsafeXml, checked_attributes, parse_hardened
 
-from ._canonical import FAST_CONTENT_TYPE_PREFIX, match_data, write_data
+from ._canonical import FAST_CONTENT_TYPE_PREFIX, OptionFields, match_data, write_data
 from ._multipart import (
     MULTIPART_RELATED,
     Part,
@@ -203,7 +203,7 @@ class Data:
 _set_data_fields = tuple(Data.__dict__[name].__set__ for name in (
     "originator", "recipients", "content", "content_type", "options", "originator_options",
     "recipient_options", "content_ref"))
-_set_options = _set_data_fields[4]
+_set_options, _set_recipient_options = _set_data_fields[4], _set_data_fields[6]
 
 
 def plain_data(originator: Endpoint, recipients: tuple[Endpoint, ...], content: bytes,
@@ -452,10 +452,15 @@ def _decode_fast(content_type: str, body: bytes) -> Data | None:
     data = plain_data(layout.originator, layout.recipients, layout.content,
                       layout.content_type, layout.content_ref)
     if layout.options:
-        _set_options(data, tuple(
-            Option(name, trans_id, False, TargetHop(hop), must, None, content)
-            for name, trans_id, hop, must, content in layout.options))
+        _set_options(data, _fast_options(layout.options))
+    if layout.recipient_options:
+        _set_recipient_options(data, tuple(_fast_options(o) for o in layout.recipient_options))
     return data
+
+
+def _fast_options(fields: tuple[OptionFields, ...]) -> tuple[Option, ...]:
+    return tuple(Option(name, trans_id, False, TargetHop(hop), must, None, content)
+                 for name, trans_id, hop, must, content in fields)
 
 
 def _decode_general(content_type: str, body: bytes) -> Operation:

@@ -403,3 +403,59 @@ def test_other_option_forms_are_declined_or_read_alike(option: bytes) -> None:
     except ApexpsError as exc:
         general = exc
     assert fast is None or fast == general
+
+
+_ids = st.lists(st.text("abcXYZ019._-", min_size=1, max_size=8), min_size=1, max_size=3)
+
+
+@settings(max_examples=300)
+@given(datas(plain_endpoints), st.data())
+def test_selected_deliveries_with_in_re_take_the_fast_path_to_the_general_result(
+        data: Data, draw: st.DataObject) -> None:
+    """A data whose recipients carry InRe options (some of them, or none) beside the data's
+    own dataHopping, as encode() writes a selected delivery, is decoded by the fast path,
+    equal to the general path's result."""
+    from adapters.apex.inre import in_re_option
+
+    per_recipient = tuple(draw.draw(st.none() | _ids.map(lambda i: (in_re_option(tuple(i)),)))
+                          or () for _ in data.recipients)
+    hop = draw.draw(st.lists(_hop_like, max_size=1))
+    data = Data(data.originator, data.recipients, data.content, data.content_type,
+                options=tuple(hop), recipient_options=per_recipient)
+    content_type, body = encode(data)
+    fast = _decode_fast(content_type, body)
+    assert fast is not None
+    assert fast == _decode_general(content_type, body)
+
+
+@pytest.mark.parametrize("inside", [
+    b"<subscription-id>1</subscription-id>\r\n            <subscription-id>2</subscription-id>",
+    b"<subscription-id>1</subscription-id>\r<subscription-id>2</subscription-id>\n",
+    b"<subscription-id> 1</subscription-id>",
+    b"<subscription-id>1&amp;</subscription-id>",
+    b"<subscription-id a='1'>1</subscription-id>",
+    b"x<subscription-id>1</subscription-id>",
+    b"<subscription-id>1</subscription-id>x",
+    b"<subscription-id>1</other-id>",
+    b"<!-- c --><subscription-id>1</subscription-id>",
+])
+def test_in_re_forms_are_read_alike_or_declined(inside: bytes) -> None:
+    """Line ends inside the option are read as XML reads them; anything else than plain
+    elements of plain text is declined or read as the general path reads it."""
+    body = (b"--b1\r\nContent-Type: application/beep+xml\r\nContent-ID: <s1@x>\r\n"
+            b"\r\n<data content='cid:c1@x'>\r\n    <originator identity='a@example.com' />\r\n"
+            b"    <recipient identity='b@example.com'>\r\n        <option internal='InRe'>\r\n"
+            b"            " + inside + b"\r\n        </option>\r\n    </recipient>\r\n"
+            b"    <recipient identity='c@example.com' />\r\n</data>\r\n--b1\r\n"
+            b"Content-Type: text/plain\r\nContent-Transfer-Encoding: binary\r\n"
+            b"Content-ID: <c1@x>\r\n\r\nhi\r\n--b1--\r\n")
+    content_type = ('multipart/related; boundary="b1"; start="<s1@x>";'
+                    ' type="application/beep+xml"')
+    fast = _decode_fast(content_type, body)
+    try:
+        general: object = _decode_general(content_type, body)
+    except ApexpsError as exc:
+        general = exc
+    assert fast is None or fast == general
+    if inside.startswith(b"<subscription-id>1</subscription-id>\r"):
+        assert fast is not None  # the line ends are ours to read
