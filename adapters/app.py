@@ -14,6 +14,7 @@ import structlog
 
 from adapters.apex import Relay
 from adapters.apex.server import ApexServer
+from adapters.pubsub.acks import AckRecorder
 from adapters.pubsub.handler import PubsubHandler
 from broker.access import AccessControl
 from broker.core import BrokerCore, OpenReport
@@ -76,7 +77,12 @@ class BrokerApp:
         self.holds = KafkaHolds(self.core.holds)  # hold4Endpoint data, durable in Kafka
         self.relay = Relay(domain=self.domain, may_bind=lambda _ref, peer: peer in accepted,
                            holds=self.holds)
-        self.server = ApexServer(self.relay, host=self.host, port=self.port, **self.security)
+        # What subscribers answered `ok` on their links, as evidence in Kafka (invariant 8).
+        self.acks = (AckRecorder(self.core.acks, asyncio.get_running_loop())
+                     if self.sequenced else None)
+        self.server = ApexServer(self.relay, host=self.host, port=self.port,
+                                 answered=None if self.acks is None else self.acks.answered,
+                                 **self.security)
         self.handler = PubsubHandler(self.service, self.core.journal, self.server.send,
                                      self.core.links if self.sequenced else None,
                                      self.core.robust, items=self.core.items,
@@ -153,6 +159,8 @@ class BrokerApp:
     async def close(self) -> None:
         await self.server.close()
         await self.handler.close()
+        if self.acks is not None:
+            self.acks.close()
         await asyncio.to_thread(self.follower.stop)
         self.access.stop_following()
         await asyncio.to_thread(self.holds.close)

@@ -19,6 +19,7 @@ from broker.kafka_io import KafkaConfig, KafkaProducer, ensure_topics
 from broker.names import validate_topic
 from broker.records import AccessEntry, Subscription, Topic, now_ms
 from broker.registry import Registry
+from broker.robust.acks import AckLog
 from broker.robust.config import RobustConfig
 from broker.robust.fanout import FanoutMarks
 from broker.robust.items import ItemStore
@@ -69,6 +70,8 @@ class BrokerCore:
             c.topic("items"): (1, _COMPACT),
             # How far the journal is on subscriber links (broker/robust/fanout.py).
             c.topic("fanout"): (1, _COMPACT),
+            # How far each subscriber answered `ok` on its link (broker/robust/acks.py).
+            c.topic("acks"): (1, _COMPACT),
         }
 
     def open(self) -> OpenReport:
@@ -93,6 +96,7 @@ class BrokerCore:
         # `BrokerApp` calls `items.recover()`; tools that open the core leave it alone.
         self.items = ItemStore(k, p, c)
         self.fanout = FanoutMarks(k, p, c)
+        self.acks = AckLog(k, p, c)
         report = OpenReport(self.journal.recover(), self.topics.load(),
                             self.subscriptions.load(), self.access.load(), self.links.recover())
         log.info("broker core open", bootstrap=k.bootstrap, namespace=k.namespace,

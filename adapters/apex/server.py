@@ -35,7 +35,7 @@ import functools
 import itertools
 import ssl
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import structlog
 
@@ -62,6 +62,7 @@ from adapters.beep import Event as BeepEvent
 from common.errors import ApexpsError, ReplyCode
 
 from ._peer_links import DEFAULT_PEER_BACKOFF, DEFAULT_PEER_BACKOFF_MAX, PeerLink, PeerLinks
+from ._receipts import Receipts
 from ._security import SessionSecurity
 from ._server_session import AwaitedReply
 from ._server_session import ServerSession as _Session
@@ -77,6 +78,7 @@ from .codec import (
     encode,
     encode_xml,
 )
+from .endpoint import Endpoint
 from .relay import ChannelRef, Delivery, Outcome, Relay
 
 __all__ = [
@@ -124,7 +126,9 @@ class ApexServer:
                  greeting_timeout: float = DEFAULT_GREETING_TIMEOUT,
                  max_outbound: int = DEFAULT_MAX_OUTBOUND,
                  tls: ssl.SSLContext | None = None, require_tls: bool = False,
-                 sasl: Verifier | None = None, require_auth: bool = False) -> None:
+                 sasl: Verifier | None = None, require_auth: bool = False,
+                 answered: Callable[[object], None] | None = None) -> None:
+        """`answered(tag)`: told when a recipient answers `ok` to data `send` tagged for it."""
         self.relay, self.host, self.port = relay, host, port
         self.config = config or BeepConfig(window_size=APEX_WINDOW,
                                            max_pending_messages=SERVER_MAX_PENDING)
@@ -137,6 +141,7 @@ class ApexServer:
         #: the TLS context and what every session offers and demands (`TuningPolicy`)
         self.tls, self.tuning = tls, self._security.policy
         self._watches = Watches(relay, self.send, self._deliver)
+        self._receipts = Receipts(answered) if answered is not None else None
         #: each accepted connection's `ended`, until its transport is gone
         self._serving: set[asyncio.Future[None]] = set()
         #: sessions with deliveries queued but not yet written (see `_deliver`)
@@ -236,6 +241,8 @@ class ApexServer:
         for channel in session.channels:
             self.relay.channel_closed(ChannelRef(session.number, channel))
         self._watches.session_ended(session.number)
+        if self._receipts is not None:
+            self._receipts.session_ended(session.number)
         del self._sessions[session.number]
         self._security.forget(session)
         if session.link is None:
@@ -302,8 +309,12 @@ class ApexServer:
             log.info("delivery refused", channel=event.channel,
                      body=event.body[:200].decode("utf-8", "replace"))
             self._watches.replied(session.number, event)
+            if self._receipts is not None:
+                self._receipts.replied(session.number, event.channel, event.msgno, ok=False)
         elif isinstance(event, ReplyReceived):
             self._watches.replied(session.number, event)
+            if self._receipts is not None:
+                self._receipts.replied(session.number, event.channel, event.msgno, ok=True)
         return False
 
     def _start(self, session: _Session, event: ChannelStartRequested) -> None:
@@ -404,9 +415,10 @@ class ApexServer:
         self._deliver(outcome.deliveries)
         self._watches.arm_holds()
 
-    def send(self, data: Data) -> None:
-        """Route data a service sends on its own (fan-out, notices) to whoever can take it."""
-        self._deliver(tuple(self.relay.route(data)))
+    def send(self, data: Data, tags: Mapping[Endpoint, object] | None = None) -> None:
+        """Route data a service sends on its own (fan-out, notices) to whoever can take it.
+        `tags`: per recipient, what `answered` is told once that recipient answers `ok`."""
+        self._deliver(tuple(self.relay.route(data)), tags)
         self._watches.arm_holds()
 
     def _reply(self, session: _Session, event: MessageReceived, reply: Ok | Error) -> None:
@@ -428,7 +440,8 @@ class ApexServer:
             # reply has nowhere to go. The session's end is logged once, not each such reply.
             log.debug("reply dropped: the session has ended", msgno=event.msgno)
 
-    def _deliver(self, deliveries: Sequence[Delivery]) -> None:
+    def _deliver(self, deliveries: Sequence[Delivery],
+                 tags: Mapping[Endpoint, object] | None = None) -> None:
         for delivery in deliveries:
             target = self._sessions.get(delivery.target.session)
             if target is None or delivery.target.channel not in target.channels:
@@ -443,6 +456,10 @@ class ApexServer:
                 continue
             if delivery.watch is not None:
                 self._watches.watch((target.number, delivery.target.channel, msgno), delivery.watch)
+            if tags and self._receipts is not None and isinstance(delivery.operation, Data):
+                mine = [tags[r] for r in delivery.operation.recipients if r in tags]
+                if mine:
+                    self._receipts.sent(target.number, delivery.target.channel, msgno, mine)
             self._flush_later(target)
 
     def _flush_later(self, session: _Session) -> None:

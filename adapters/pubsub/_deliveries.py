@@ -7,13 +7,18 @@ socket write per subscriber), and for a link that takes batches its items packed
 `<batch>` documents. Within a `Send` a link's reset precedes its items, and a link's heartbeat
 is never behind its data (the core puts none on a link with data waiting), so sending the
 singles first keeps every link's order.
+
+Each data on a link is sent with a tag per recipient: the link record it carries last (an
+`AckTag`). The server tells the fan-out when that recipient answers `ok`, and that goes to the
+acknowledgement log (broker/robust/acks.py): Kafka's evidence of what the subscriber took.
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from adapters.apex.batch_codec import (
     BATCH_ITEM_CONTENT,
@@ -42,9 +47,10 @@ from adapters.apex.robust_codec import (
 from broker.delivery import Outgoing, RepairReset, Send
 from broker.names import DEFAULT_HOPS, SERVICE
 from broker.records import JournalEntry
+from broker.robust.acks import AckTag
 from broker.robust.links import LinkKind, LinkRecord
 
-__all__ = ["InRe", "Renderer"]
+__all__ = ["InRe", "Renderer", "SendData"]
 
 #: Topics whose origin endpoint is kept (past it the cache starts over).
 _ORIGINS_LIMIT = 65_536
@@ -53,6 +59,16 @@ _DATA, _HEARTBEAT, _RESET = LinkKind.DATA, LinkKind.HEARTBEAT, LinkKind.RESET
 
 #: (entry, subscriber, link) -> the subscription ids the delivery satisfied, None: no InRe
 InRe = Callable[[JournalEntry, str, str], "tuple[str, ...] | None"]
+
+
+class SendData(Protocol):
+    """`ApexServer.send`: route data; `tags`, per recipient, what its `ok` acknowledges."""
+
+    def __call__(self, data: Data, tags: Mapping[Endpoint, object] | None = None) -> None: ...
+
+
+def ack_tag(record: LinkRecord) -> AckTag:
+    return AckTag(record.link, record.epoch, record.ordinal, record.link_seq)
 
 
 def _no_in_re(_entry: JournalEntry, _who: str, _link: str) -> tuple[str, ...] | None:
@@ -123,42 +139,51 @@ class Packer:
         self._send = renderer.send
         self._packer = BatchPacker(link, limit)
         self._to: Endpoint | None = None
+        #: the record the batch being packed carries last
+        self._tag: AckTag | None = None
 
     def data(self, to: Endpoint, record: LinkRecord, entry: JournalEntry,
              refilled: bool = False, who: str | None = None) -> None:
         renderer = self._renderer
         if len(entry.content) > BATCH_ITEM_CONTENT:
-            self.single(to, renderer.delivery(to, record, entry, refilled, who))
+            self.single(to, renderer.delivery(to, record, entry, refilled, who), record)
         else:
             in_re = renderer.in_re(entry, who or str(to), record.link)
-            self._add(to, _batch_data_item(record, entry, refilled, self._known, in_re))
+            self._add(to, _batch_data_item(record, entry, refilled, self._known, in_re),
+                      ack_tag(record))
 
-    def item(self, to: Endpoint, stamp: Stamp, doc: RobustDocument) -> None:
+    def item(self, to: Endpoint, stamp: Stamp, doc: RobustDocument, record: LinkRecord,
+             ) -> None:
         """A heartbeat or withheld item."""
-        self._add(to, batch_item(encode_stamp(stamp), encode_robust(doc)))
+        self._add(to, batch_item(encode_stamp(stamp), encode_robust(doc)), ack_tag(record))
 
-    def single(self, to: Endpoint, data: Data) -> None:
+    def single(self, to: Endpoint, data: Data, record: LinkRecord) -> None:
         self.close()
-        self._send(data)
+        self._send(data, {to: ack_tag(record)})
 
     def close(self) -> None:
         done = self._packer.flush()
         if done is not None and self._to is not None:
-            self._send(plain_data(self._renderer.endpoint, (self._to,), done, BEEP_XML))
+            self._batch(self._to, done)
 
-    def _add(self, to: Endpoint, item: str) -> None:
+    def _batch(self, to: Endpoint, doc: bytes) -> None:
+        tags = None if self._tag is None else {to: self._tag}
+        self._send(plain_data(self._renderer.endpoint, (to,), doc, BEEP_XML), tags)
+
+    def _add(self, to: Endpoint, item: str, tag: AckTag) -> None:
         if self._to is not None and to is not self._to and to != self._to:
             self.close()  # a batch goes to one subscriber
         self._to = to
         done = self._packer.add(item)
-        if done is not None:
-            self._send(plain_data(self._renderer.endpoint, (to,), done, BEEP_XML))
+        if done is not None:  # the batch before this item
+            self._batch(to, done)
+        self._tag = tag
 
 
 class Renderer:
     """Turns delivery actions into data for `send` (ApexServer.send)."""
 
-    def __init__(self, domain: str, heartbeat_ms: int, send: Callable[[Data], None],
+    def __init__(self, domain: str, heartbeat_ms: int, send: SendData,
                  trans_ids: itertools.count[int], in_re: InRe = _no_in_re) -> None:
         """`in_re`: the subscription ids a delivery satisfied, for its InRe (None: none)."""
         self.endpoint = Endpoint(SERVICE, domain)
@@ -175,7 +200,8 @@ class Renderer:
 
     def render(self, action: Send) -> None:
         """Send what became durable (see the module docstring)."""
-        by_entry: dict[int, tuple[JournalEntry, list[Endpoint], list[tuple[Option, ...]]]] = {}
+        by_entry: dict[int, tuple[JournalEntry, list[Endpoint], list[tuple[Option, ...]],
+                                  dict[Endpoint, object]]] = {}
         packers: dict[str, Packer] = {}
         known: _ItemParts = {}
         packed, send = action.packed, self.send
@@ -188,29 +214,30 @@ class Renderer:
                 packer = packers[link] = Packer(self, link, packed[link], known=known)
             if entry is None:
                 if packer is not None and record.kind is _HEARTBEAT:
-                    packer.item(to, *self.link_stamp(record))
+                    packer.item(to, *self.link_stamp(record), record)
                     continue
                 data = self.link_data(to, record, repair=repair)
                 if packer is not None:
-                    packer.single(to, data)
+                    packer.single(to, data, record)
                 else:
-                    send(data)
+                    send(data, {to: ack_tag(record)})
                 continue
             if packer is not None:
                 packer.data(to, record, entry, who=who)
                 continue
             group = by_entry.get(id(entry))
             if group is None:
-                group = by_entry[id(entry)] = (entry, [], [])
+                group = by_entry[id(entry)] = (entry, [], [], {})
             group[1].append(to)
+            group[3][to] = ack_tag(record)
             ids = self.in_re(entry, who, link)
             group[2].append((_data_stamp(record, entry),) if ids is None else
                             (_data_stamp(record, entry), in_re_option(ids)))
-        for entry, recipients, options in by_entry.values():
+        for entry, recipients, options, tags in by_entry.values():
             send(Data(self.origin(entry.topic), tuple(recipients), entry.content,
                       entry.content_type, options=(_hop_option(entry, next(self._trans_ids)),),
                       recipient_options=tuple(options),
-                      content_ref="#Content" if entry.content_type == BEEP_XML else None))
+                      content_ref="#Content" if entry.content_type == BEEP_XML else None), tags)
         for packer in packers.values():
             packer.close()
 
@@ -221,12 +248,12 @@ class Renderer:
         record, entry = item.record, item.entry
         if entry is None:
             if packer is not None and record.kind is not _RESET:
-                packer.item(to, *self.link_stamp(record, refilled=True))
+                packer.item(to, *self.link_stamp(record, refilled=True), record)
                 return
             data = self.link_data(to, record, refilled=True)
         elif withheld:
             if packer is not None:
-                packer.item(to, withheld_stamp(record), Withheld())
+                packer.item(to, withheld_stamp(record), Withheld(), record)
                 return
             data = Data(self.endpoint, (to,), encode_robust(Withheld()), BEEP_XML,
                         recipient_options=((stamp_option(withheld_stamp(record)),),),
@@ -237,9 +264,9 @@ class Renderer:
         else:
             data = self.delivery(to, record, entry, refilled=True, who=item.who)
         if packer is not None:
-            packer.single(to, data)
+            packer.single(to, data, record)
         else:
-            self.send(data)
+            self.send(data, {to: ack_tag(record)})
 
     def origin(self, topic: str) -> Endpoint:
         """apex=pubsub/TOPIC@D, what a topic's data come from (built once per topic: an

@@ -82,6 +82,7 @@ from broker.robust.linkid import default_link_id
 from broker.robust.links import LinkLog
 from common.errors import ApexpsError, OptionNotImplemented, ParameterSyntaxError
 
+from ._deliveries import SendData
 from ._wkt_publisher import WktPublisher
 from .sequenced import SequencedFanout
 
@@ -112,7 +113,7 @@ class PubsubHandler:
     """Serve `service` as `apex=pubsub@domain`; `send` routes data the service initiates."""
 
     def __init__(self, service: PubsubService, journal: Journal,
-                 send: Callable[[Data], None], links: LinkLog | None = None,
+                 send: SendData, links: LinkLog | None = None,
                  robust: RobustConfig | None = None, *, items: ItemStore | None = None,
                  marks: FanoutMarks | None = None) -> None:
         """`links`: the link log; with it, deliveries are sequenced (docs/robust-binding.md)

@@ -64,7 +64,7 @@ from common.errors import (
     RebuildRefused,
 )
 
-from ._deliveries import Packer, Renderer, endpoint_of
+from ._deliveries import Packer, Renderer, SendData, endpoint_of
 
 __all__ = ["SequencedFanout"]
 
@@ -108,7 +108,7 @@ class SequencedFanout:
     """The robust side of `PubsubHandler`; `send` routes data (ApexServer.send)."""
 
     def __init__(self, service: PubsubService, journal: Journal, links: LinkLog,
-                 config: RobustConfig, send: Callable[[Data], None], *,
+                 config: RobustConfig, send: SendData, *,
                  trans_ids: itertools.count[int], items: ItemStore | None = None,
                  marks: FanoutMarks | None = None) -> None:
         """`items`: the data item state snapshots are taken from (none: no snapshots).

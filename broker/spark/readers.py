@@ -28,9 +28,9 @@ from broker.spark.source import Bound, kafka_source
 
 __all__ = [
     "ITEM_TYPES", "KAFKA_COLUMNS", "LINK_COLUMNS", "REGISTRY_SCHEMAS", "decode_access",
-    "decode_items", "decode_links", "decode_registry", "decode_subscriptions", "decode_topics",
-    "item_columns", "load_access", "load_items", "load_links", "load_subscriptions",
-    "load_topics", "registry_columns",
+    "decode_acks", "decode_items", "decode_links", "decode_registry", "decode_subscriptions",
+    "decode_topics", "item_columns", "load_access", "load_acks", "load_items", "load_links",
+    "load_subscriptions", "load_topics", "registry_columns",
 ]
 
 DataFrame = Any  # pyspark.sql.DataFrame
@@ -49,6 +49,7 @@ _LINK_SCHEMAS = ("link_batch", "link_record")
 #: The registry topics (their role in KafkaConfig.topic) and the schema each holds.
 REGISTRY_SCHEMAS = {
     "subscriptions": "subscription_record", "access": "access_entry", "topics": "topic_record",
+    "acks": "link_ack",
 }
 
 #: The item store's record types, as `record_type` names them.
@@ -113,6 +114,11 @@ def decode_topics(raw: DataFrame) -> DataFrame:
     return decode_registry(raw, "topics")
 
 
+def decode_acks(raw: DataFrame) -> DataFrame:
+    """What each subscriber acknowledged, per link and epoch (broker/robust/acks.py)."""
+    return decode_registry(raw, "acks")
+
+
 def item_columns() -> tuple[str, ...]:
     """The columns `decode_items` gives after the Kafka ones: every item type's fields, once."""
     fields: list[str] = []
@@ -153,6 +159,11 @@ def load_access(spark: SparkSession, config: KafkaConfig, *, start: Bound = None
 def load_topics(spark: SparkSession, config: KafkaConfig, *, start: Bound = None,
                 end: Bound = None) -> DataFrame:
     return decode_topics(kafka_source(spark, config, "topics", start=start, end=end))
+
+
+def load_acks(spark: SparkSession, config: KafkaConfig, *, start: Bound = None,
+              end: Bound = None) -> DataFrame:
+    return decode_acks(kafka_source(spark, config, "acks", start=start, end=end))
 
 
 def load_items(spark: SparkSession, config: KafkaConfig, *, start: Bound = None,

@@ -125,7 +125,7 @@ async def _fanout(bootstrap: str, subs: int, selecting: bool, messages: int) -> 
         done = asyncio.Event()
         expected = messages * (subs // 10 if selecting else subs)
 
-        def sink(data: Any) -> None:
+        def sink(data: Any, tags: Any = None) -> None:
             nonlocal delivered
             if data.originator.subaddress == TOPIC:
                 delivered += len(data.recipients)

@@ -24,12 +24,14 @@ from broker.records import (
     Topic,
     gap_record,
 )
+from broker.robust.acks import AckTag
 from broker.robust.links import LinkItem, LinkKind
 from broker.spark.journal_reader import JOURNAL_COLUMNS, decode_journal, load_journal
 from broker.spark.readers import (
     LINK_COLUMNS,
     item_columns,
     load_access,
+    load_acks,
     load_items,
     load_links,
     load_subscriptions,
@@ -156,8 +158,9 @@ def test_links_explode_packs_and_match_the_python_codec(kafka_config: KafkaConfi
 
 def test_registries_and_items_match_the_python_codec(kafka_config: KafkaConfig,
                                                      spark: Any) -> None:
-    """Topics, subscriptions and access entries the registries wrote (a delete included), and
-    the item store's headers, versions and markers decode to the Python codec's values."""
+    """Topics, subscriptions and access entries the registries wrote (a delete included), the
+    item store's headers, versions and markers, and the acknowledgement log's records decode to
+    the Python codec's values."""
     codec = default_codec()
     core = BrokerCore(kafka_config)
     core.open()
@@ -186,11 +189,14 @@ def test_registries_and_items_match_the_python_codec(kafka_config: KafkaConfig,
         core.journal.flush()
         core.items.apply(e for e in core.journal.read_source("s@example.com"))
         core.items.checkpoint()
+        core.acks.acked(AckTag("barney@example.com", 0, 7, 7), at_ms=T0)
+        core.acks.acked(AckTag("barney@example.com", 1, 9, 1), at_ms=T0 + 1)
+        core.acks.flush()
     finally:
         core.close()
 
     for role, load in (("topics", load_topics), ("subscriptions", load_subscriptions),
-                       ("access", load_access), ("items", load_items)):
+                       ("access", load_access), ("items", load_items), ("acks", load_acks)):
         expected: dict[tuple[int, ...], dict[str, Any]] = {}
         for p, o, v in _raw(spark, kafka_config, role):
             if v is None:
