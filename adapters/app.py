@@ -7,6 +7,7 @@ the journal follower and the APEX server — started and stopped as one, in depe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from adapters.pubsub.acks import AckRecorder
 from adapters.pubsub.handler import PubsubHandler
 from broker.access import AccessControl
 from broker.core import BrokerCore, OpenReport
+from broker.events import WatchTable
 from broker.holds import KafkaHolds
 from broker.kafka_io import KafkaConfig, Position
 from broker.names import SERVICE, WELL_KNOWN_TOPICS
@@ -26,6 +28,7 @@ from broker.recent import DEFAULT_RECENT_BYTES, RecentJournal
 from broker.records import AccessEffect, AccessEntry, AccessKind, now_ms
 from broker.robust.config import RobustConfig
 from broker.robust.fanout import CARRIED_MARGIN_MS
+from common.errors import ApexpsError
 
 __all__ = ["DEFAULT_ACCESS_ID", "DEFAULT_TOKENS_ID", "BrokerApp"]
 
@@ -46,14 +49,18 @@ class BrokerApp:
                  redistribute: list[tuple[str, str]] | None = None,
                  security: dict[str, Any] | None = None,
                  robust: RobustConfig | None = None, sequenced: bool = True,
-                 recent_bytes: int = DEFAULT_RECENT_BYTES) -> None:
+                 recent_bytes: int = DEFAULT_RECENT_BYTES,
+                 events: WatchTable | None = None) -> None:
         """`sequenced=False` serves the plain topic path (no link seqs, gap fill or
         heartbeats: what the robust benchmark compares against); `peers`: (domain, host, port)
         of relays to keep a link to (relay-relay mode); `accept_peers`: domains whose relays
         may bind to us; `redistribute`: (topic, domain) pairs this broker redistributes
         (draft §2.4); `security`: ApexServer's TLS and SASL settings (tls, require_tls, sasl,
         require_auth); `recent_bytes`: how much of what the journal follower read is kept in
-        memory for gap fills and repairs (broker/recent.py; 0: none, they read Kafka)."""
+        memory for gap fills and repairs (broker/recent.py; 0: none, they read Kafka).
+        `events`: the resource watch table with its Expires and implicit-watch policies
+        (docs/event-binding.md; default: `WatchTable()`)."""
+        self.events = events
         self.recent_bytes = recent_bytes
         self.security = dict(security or {})
         self.redistribute = list(redistribute or ())
@@ -66,6 +73,7 @@ class BrokerApp:
         self.report: OpenReport | None = None
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         self.report = await asyncio.to_thread(self.core.open)  # blocking Kafka reads
         # Item state before the follower: it starts where the state's journal replay ended.
         self.items_report = await asyncio.to_thread(self.core.items.recover, self._created)
@@ -86,14 +94,17 @@ class BrokerApp:
         self.handler = PubsubHandler(self.service, self.core.journal, self.server.send,
                                      self.core.links if self.sequenced else None,
                                      self.core.robust, items=self.core.items,
-                                     marks=self.core.fanout if self.sequenced else None)
+                                     marks=self.core.fanout if self.sequenced else None,
+                                     events=self.events)
         self.relay.register_service(SERVICE, self.handler)
+        self.core.access.watch(self._access_changed)
         start = self.core.items.resume_positions()
         carried: set[tuple[str, Position]] = set()
         if self.sequenced:
             # What was journaled but not yet on its links when the last broker stopped is
             # sequenced now (broker/robust/fanout.py), not lost.
             marks = await asyncio.to_thread(self.core.fanout.load)
+            await asyncio.to_thread(self._begin_epochs_unless_clean)
             for part, offset in marks.items():
                 start[part] = min(offset, start.get(part, offset))
             written = self.core.fanout.written_at
@@ -105,6 +116,8 @@ class BrokerApp:
         self.follower = await asyncio.to_thread(
             JournalFollower, self.config, self.core.codec, self.handler.forward_threadsafe,
             start=start, recent=recent)
+        # Nothing before where the follower begins is forwarded, by either road.
+        self.handler.cursor.start(self.follower.start_positions)
         if self.handler.sequenced is not None:
             self.handler.sequenced.follow(self.follower.start_positions, carried,
                                           self.follower.when_read)
@@ -117,6 +130,34 @@ class BrokerApp:
         self.port = self.server.port
         for peer_domain, host, port in self.peers:
             self.server.connect_peer(peer_domain, host, port)
+
+    def _begin_epochs_unless_clean(self) -> None:
+        """Link records are sent before Kafka holds them: unless the last broker to serve
+        stopped cleanly, some a subscriber saw may be lost, so every link begins a new epoch
+        on first use (docs/robust-binding.md §2.5). Then the clean-stop record goes, before
+        anything is served."""
+        fanout, links = self.core.fanout, self.core.links
+        clean = fanout.clean_writer
+        if clean is None or clean < links.last_writer:
+            count = links.begin_new_epochs()
+            if count:
+                log.warning("the last broker did not stop cleanly: every link begins a new "
+                            "epoch", links=count)
+        fanout.running()
+
+    def _stopped_clean(self) -> None:
+        """Every link record durable: say so, so the next start keeps the links' epochs."""
+        try:
+            self.core.links.flush()
+            self.core.fanout.stopped_clean(self.core.links.writer)
+        except ApexpsError as exc:
+            log.warning("clean stop not recorded; the next start begins new link epochs",
+                        error=str(exc))
+
+    def _access_changed(self, _entry_id: str, _entry: object) -> None:
+        """(Any thread.) Pending watches wait for the access entries (event-binding.md §5)."""
+        with contextlib.suppress(RuntimeError):  # the loop is gone: the broker has stopped
+            self._loop.call_soon_threadsafe(self.handler.events.access_changed)
 
     def _created(self, topic: str) -> int | None:
         """When `topic` was created (None: it does not exist), for the item store. The
@@ -162,6 +203,8 @@ class BrokerApp:
         if self.acks is not None:
             self.acks.close()
         await asyncio.to_thread(self.follower.stop)
+        if self.sequenced:
+            await asyncio.to_thread(self._stopped_clean)
         self.access.stop_following()
         await asyncio.to_thread(self.holds.close)
         await asyncio.to_thread(self.core.close)

@@ -108,6 +108,9 @@ class Appended(NamedTuple):
     source: str
     source_seq: int
     position: Position
+    #: the record's `appended_at` (ms), so the acknowledged entry can be rebuilt from memory
+    #: exactly as the journal follower would decode it (`JournalEntry.of_publication`)
+    appended_at: int = 0
 
 
 class PublisherPosition(NamedTuple):
@@ -166,10 +169,11 @@ _tuple_new = tuple.__new__
 class _Append(Delivery):
     """One `append` in flight."""
 
-    __slots__ = ("callback", "journal", "pubseq", "seq", "source", "topic")
+    __slots__ = ("appended_at", "callback", "journal", "pubseq", "seq", "source", "topic")
 
     def __init__(self, journal: Journal, source: str, topic: str, seq: int,
-                 callback: AppendCallback, *, pubseq: int | None) -> None:
+                 callback: AppendCallback, *, pubseq: int | None, appended_at: int) -> None:
+        self.appended_at = appended_at
         self.journal = journal
         self.source = source
         self.topic = topic
@@ -183,7 +187,7 @@ class _Append(Delivery):
         with journal._book:
             journal._on_durable(source, seq, pos, self.pubseq)
         try:
-            self.callback(None, _tuple_new(Appended, (source, seq, pos)))
+            self.callback(None, _tuple_new(Appended, (source, seq, pos, self.appended_at)))
         except Exception:  # the caller's bug must not stop other delivery reports
             log.exception("append callback failed")
 
@@ -199,10 +203,11 @@ class _Batch:
     token 0 is the last. list.pop is atomic, so deliveries served on two threads at once (the
     poll thread and a caller inside flush()) can neither lose a count nor finish twice."""
 
-    __slots__ = ("callback", "errors", "journal", "left", "offsets", "parts", "pubseqs",
-                 "seqs", "sources", "topics")
+    __slots__ = ("appended_at", "callback", "errors", "journal", "left", "offsets", "parts",
+                 "pubseqs", "seqs", "sources", "topics")
 
     def __init__(self, journal: Journal, n: int, callback: BatchCallback) -> None:
+        self.appended_at = 0
         self.journal = journal
         self.callback = callback
         self.sources: list[str] = []
@@ -306,10 +311,11 @@ class Journal:
         source = pub.source
         with self._lock:
             seq = self._next.get(source, 1)
-            value = self._writer.encode(pub, seq, now_ms())
+            appended_at = now_ms()
+            value = self._writer.encode(pub, seq, appended_at)
             self._producer.produce(self.topic, key, value,
                                    _Append(self, source, pub.topic, seq, callback,
-                                           pubseq=pub.publisher_seq),
+                                           pubseq=pub.publisher_seq, appended_at=appended_at),
                                    partition=part)
             self._next[source] = seq + 1
         return seq
@@ -344,7 +350,7 @@ class Journal:
         encode = self._writer.encode
         records: list[tuple[bytes, bytes, int, Delivery]] = []
         with self._lock:
-            appended_at = now_ms()
+            appended_at = batch.appended_at = now_ms()
             nxt = self._next
             taken: dict[str, int] = {}  # seqs of this batch, committed once all encoded
             for i, pub in enumerate(pubs):
@@ -393,6 +399,7 @@ class Journal:
         booked: set[str] = set()
         n = 0  # records booked here (the flush rule counts deliveries)
         hw: dict[int, int] = {}
+        at = batch.appended_at
         with self._book:
             durable, on_durable = self._durable, self._on_durable
             for i, (source, seq, part, off, pubseq) in enumerate(
@@ -402,7 +409,7 @@ class Journal:
                     add(errors[i])
                     continue
                 pos = _tuple_new(Position, (part, off))
-                add(_tuple_new(Appended, (source, seq, pos)))
+                add(_tuple_new(Appended, (source, seq, pos, at)))
                 st = durable.get(source)
                 # The common case inline: the newest record of the bucket already indexed.
                 # A new source or bucket, and a report that comes after a later record's

@@ -24,6 +24,7 @@ from common.errors import InvalidTopicName
 __all__ = [
     "DEFAULT_HOPS",
     "MAX_TOPIC_LEN",
+    "NOTIFY_TOPIC",
     "REPORT_SERVICE",
     "SERVICE",
     "WELL_KNOWN_TOPICS",
@@ -41,7 +42,10 @@ DEFAULT_HOPS = 8
 
 MAX_TOPIC_LEN = 255
 #: Content-based pubsub §6: the two well-known topics this broker serves itself.
-WELL_KNOWN_TOPICS = frozenset({"WKT=Topics", "WKT=Subscriptions"})
+#: The topic the service journals resource Notifies on (docs/event-binding.md §5): apexps's,
+#: not the content-based draft's; each Notify reaches only the subscriber it is addressed to.
+NOTIFY_TOPIC = "WKT=Notify"
+WELL_KNOWN_TOPICS = frozenset({"WKT=Topics", "WKT=Subscriptions", NOTIFY_TOPIC})
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*(?:\.[A-Za-z0-9][A-Za-z0-9_-]*)*")
 

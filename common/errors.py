@@ -31,6 +31,8 @@ __all__ = [
     "BadGapRange",
     "ConfigError",
     "EncryptionRequired",
+    "EventNotUnderstood",
+    "ExpiresTooBrief",
     "IncorrectSelector",
     "InvalidMessage",
     "InvalidParameter",
@@ -55,6 +57,7 @@ __all__ = [
     "TransactionFailed",
     "TransactionInProgress",
     "UnknownReplyError",
+    "UnknownResource",
     "UnknownSchemaFingerprint",
     "UnknownSubscription",
     "UnsupportedSelectorClass",
@@ -115,6 +118,12 @@ class ReplyCode(IntEnum):
     LINK_CONTEXT_GONE = 569
     #: apexps robust binding: a gap fill or source repair too large or too old to rebuild.
     REBUILD_REFUSED = 570
+    #: apexps event binding (docs/event-binding.md, P2PSIP event notification §3.3.1 b): the
+    #: notifier does not understand an event the subscribe names.
+    EVENT_NOT_UNDERSTOOD = 571
+    #: apexps event binding (§3.3.1 c): Expires above zero but below the notifier's minimum;
+    #: the reply carries `min-expires`.
+    EXPIRES_TOO_BRIEF = 572
 
     @property
     def is_success(self) -> bool:
@@ -384,3 +393,30 @@ class RebuildRefused(ApexpsError):
 
     code = ReplyCode.REBUILD_REFUSED
     description = "rebuild refused: too large or too old"
+
+
+class UnknownResource(NotTaken):
+    """550: the resource a watch names is not the notifier's (event draft §3.3.1 a): its topic
+    does not exist here."""
+
+    description = "unknown resource: no such topic here"
+
+
+class EventNotUnderstood(ApexpsError):
+    """571: a watch names an event the notifier does not understand (event draft §3.3.1 b)."""
+
+    code = ReplyCode.EVENT_NOT_UNDERSTOOD
+    description = "event not understood"
+
+
+class ExpiresTooBrief(ApexpsError):
+    """572: a watch's Expires is above zero but below the notifier's minimum (event draft
+    §3.3.1 c); `min_expires` is the least it accepts, in seconds, and travels in the reply."""
+
+    code = ReplyCode.EXPIRES_TOO_BRIEF
+    description = "expires below the notifier's minimum"
+
+    def __init__(self, message: str | None = None, *, min_expires: int = 0) -> None:
+        super().__init__(message)
+        self.min_expires = min_expires
+

@@ -244,8 +244,15 @@ class PublishMeta:
     message_id: str | None = None
     token: str | None = None
     publisher_seq: int | None = None
+    #: the application event code this message means for its resource (event-binding.md §2)
+    event: int | None = None
+    #: False: publishing gives no implicit watch of the resource (event-binding.md §6)
+    implicit: bool = True
 
     def __post_init__(self) -> None:
+        if self.event is not None and not 0x8000 <= self.event <= 0xFFFF_FFFF:
+            raise InvalidParameter(f"event {self.event} is not an application event code"
+                                   " (32768..4294967295)")
         if not isinstance(self.publish_type, PublishType):
             raise _bad(f"{self.publish_type!r} is not a publish type")
         if self.publish_type is PublishType.SNAPSHOT:
@@ -632,7 +639,7 @@ def decode_stamp(option: Option) -> Stamp:
         raise SyntaxError_(f"undecodable stamp: {type(exc).__name__}") from None
 
 
-_PUBLISH_ATTRS = {"type", "messageid", "token", "pubseq"}
+_PUBLISH_ATTRS = {"type", "messageid", "token", "pubseq", "event", "implicit"}
 
 
 def find_publish_meta(options: Iterable[Option]) -> PublishMeta | None:
@@ -655,8 +662,11 @@ def find_publish_meta(options: Iterable[Option]) -> PublishMeta | None:
         ptype = PublishType(a.get("type", "update"))
     except ValueError:
         raise _bad(f"{a['type'][:40]!r} is not a publish type") from None
+    if a.get("implicit", "true") not in ("true", "false"):
+        raise _bad("implicit is true or false")
     return PublishMeta(ptype, a.get("messageid"), a.get("token"),
-                       _opt(a, "pubseq", "pubseq", 1))
+                       _opt(a, "pubseq", "pubseq", 1), _opt(a, "event", "event", 0, 2**32 - 1),
+                       a.get("implicit", "true") == "true")
 
 
 def find_stamp(options: Iterable[Option]) -> Stamp | None:
@@ -903,7 +913,8 @@ def publish_option(meta: PublishMeta) -> Option:
     """The `apexps.publish` option saying `meta`, for a publisher's data."""
     return Option(PUBLISH_OPTION, content=(
         f"<publish type='{meta.publish_type}'{_a('messageid', meta.message_id)}"
-        f"{_a('token', meta.token)}{_a('pubseq', meta.publisher_seq)} />"))
+        f"{_a('token', meta.token)}{_a('pubseq', meta.publisher_seq)}{_a('event', meta.event)}"
+        f"{'' if meta.implicit else _a('implicit', 'false')} />"))
 
 
 def stamp_option(stamp: Stamp) -> Option:

@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "adapters.cli.bench_cmd",
     "adapters.cli.client_cmd",
     "adapters.cli.pubsub_cmd",
+    "adapters.cli.watch_cmd",
     "adapters.cli.security",
     "adapters.cli.audit_cmd",
     "adapters.cli.gateway_cmd",

@@ -18,6 +18,7 @@ from adapters.cli.client_cmd import DEFAULT_APEX_PORT
 from adapters.cli.gateway_cmd import add_gateway_options
 from adapters.cli.paths import default_data_dir
 from adapters.cli.security import add_server_options, server_security
+from broker.events import ExpiresPolicy, ImplicitPolicy, WatchTable
 from broker.kafka_io import KafkaConfig
 from broker.robust.config import RobustConfig
 from common.errors import ConfigError
@@ -85,7 +86,8 @@ async def _serve_async(args: argparse.Namespace, config: KafkaConfig,
     app = BrokerApp(config, domain=args.domain, host=host, port=port, access_file=args.access,
                     peers=args.peer, accept_peers=args.accept_peer,
                     redistribute=args.redistribute, security=security,
-                    robust=RobustConfig(heartbeat_ms=args.heartbeat_ms))
+                    robust=RobustConfig(heartbeat_ms=args.heartbeat_ms),
+                    events=_watch_table(args))
     await app.start()
     gateway = None
     if args.gateway is not None:
@@ -139,6 +141,22 @@ def _up(args: argparse.Namespace) -> int:
             kafka.stop()
 
 
+def _expires_range(text: str) -> tuple[int, int]:
+    low, colon, high = text.partition(":")
+    if not colon or not low.isdigit() or not high.isdigit() or not 1 <= int(low) <= int(high):
+        raise argparse.ArgumentTypeError(f"{text!r} is not MIN:MAX seconds with 1 ≤ MIN ≤ MAX")
+    return int(low), int(high)
+
+
+def _watch_table(args: argparse.Namespace) -> WatchTable:
+    """The resource watches' policies (docs/event-binding.md §4, §6) from the options."""
+    low, high = args.watch_expires
+    return WatchTable(policy=ExpiresPolicy(low, high, permanent=not args.no_permanent_watch),
+                      implicit_policy=ImplicitPolicy(topics=frozenset(args.implicit_watch),
+                                                     max_implicit=args.max_implicit_watches),
+                      pending_on_access=args.pending_watches)
+
+
 def _broker(args: argparse.Namespace) -> int:
     return _serve(args, args.bootstrap)
 
@@ -174,6 +192,22 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="access entries to load at start (XML, see `apexps access --help`);"
                         " without it every endpoint of --domain may do everything")
     add_server_options(p)
+    watches = p.add_argument_group("resource watches", "docs/event-binding.md")
+    watches.add_argument("--watch-expires", type=_expires_range, default=(1, 86_400),
+                         metavar="MIN:MAX",
+                         help="the Expires a watch may be granted: below MIN is refused"
+                              " with min-expires (572), above MAX is shortened (default:"
+                              " 1:86400)")
+    watches.add_argument("--no-permanent-watch", action="store_true",
+                         help="grant a permanent watch (Expires 0xffffffff) as MAX instead")
+    watches.add_argument("--implicit-watch", action="append", default=[], metavar="TOPIC",
+                         help="publishing a data item of TOPIC watches it for others' changes"
+                              " (implicit subscription; repeatable)")
+    watches.add_argument("--pending-watches", action="store_true",
+                         help="a watch the access entries do not allow yet waits (pending)"
+                              " instead of being refused, and starts when they do")
+    watches.add_argument("--max-implicit-watches", type=_positive, default=64, metavar="N",
+                         help="implicit watches one endpoint may hold (default: %(default)s)")
     p.add_argument("--gateway", type=int, default=None, metavar="PORT",
                    help="also serve the web gateway (docs/gateway.md) on this port of the"
                         " --listen host")

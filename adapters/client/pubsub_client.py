@@ -42,6 +42,7 @@ import structlog
 from adapters.apex.batch_codec import DEFAULT_BATCH, ItemFields, batch_items
 from adapters.apex.codec import Data, Option
 from adapters.apex.endpoint import Endpoint
+from adapters.apex.events_codec import WatchReply, WatchRequest, decode_events, encode_events
 from adapters.apex.inre import find_in_re
 from adapters.apex.pubsub_codec import (
     Cancel,
@@ -75,6 +76,7 @@ from adapters.apex.robust_codec import (
     find_stamp,
     publish_option,
 )
+from broker.events import Resource
 from broker.names import SERVICE
 from broker.records import PublishType
 from common.errors import ApexpsError, ServiceNotAvailable
@@ -124,7 +126,7 @@ class LinkEvent:
     document: RobustDocument
 
 
-_Answer = Reply | TopicList | LinkReply | Capabilities | PubStatus
+_Answer = Reply | TopicList | LinkReply | Capabilities | PubStatus | WatchReply
 _PUBSUB_OPS = (Cancel, CreateTopic, DeleteTopic, ListTopics, Reply, Subscribe, TopicList)
 
 
@@ -239,10 +241,12 @@ class PubsubClient:
 
     # --- requests -----------------------------------------------------------------------
 
-    async def _ask(self, op: PubsubOperation | RobustDocument, trans_id: int) -> _Answer:
+    async def _ask(self, op: PubsubOperation | RobustDocument | WatchRequest,
+                   trans_id: int) -> _Answer:
         future: asyncio.Future[_Answer] = asyncio.get_running_loop().create_future()
         self._waiting[trans_id] = future
         content = (encode_pubsub(op) if isinstance(op, _PUBSUB_OPS) else
+                   encode_events(op) if isinstance(op, WatchRequest) else
                    encode_robust(op))
         try:
             await self.client.send(self.endpoint, [self.service], content,
@@ -252,8 +256,24 @@ class PubsubClient:
             self._waiting.pop(trans_id, None)
         if isinstance(answer, Reply) and answer.code != 250:
             raise ApexpsError.for_code(answer.code, answer.text or None)
-        if isinstance(answer, LinkReply) and (exc := answer.exception()) is not None:
+        if isinstance(answer, LinkReply | WatchReply) and (exc := answer.exception()) is not None:
             raise exc
+        return answer
+
+    async def watch(self, resource: Resource | str, events: Iterable[int], expires: int, *,
+                    watch_id: str = "1", link: str | None = None,
+                    update: str | None = None) -> WatchReply:
+        """Watch a resource (TOPIC/MESSAGE-ID) for `events` (docs/event-binding.md): the
+        answer names the granted Expires; the Notifies arrive from `events()` as deliveries
+        on WKT=Notify (decode them with `events_codec.decode_events`). `expires` 0 cancels,
+        0xffffffff asks for a permanent watch; `update` 'add' or 'remove' changes the events
+        of an existing one. A refusal raises its `ApexpsError` (550, 571, 572 with
+        `min_expires`, 537, 568)."""
+        trans = self.new_trans_id()
+        res = Resource.parse(resource) if isinstance(resource, str) else resource
+        answer = await self._ask(WatchRequest(res, watch_id, expires, frozenset(events), trans,
+                                              None, link, update), trans)
+        assert isinstance(answer, WatchReply)
         return answer
 
     async def create_topic(self, topic: str, *, description: str | None = None,
@@ -396,8 +416,11 @@ class PubsubClient:
                       content_type: str = "application/octet-stream", *,
                       publish_type: PublishType | str = PublishType.UPDATE,
                       message_id: str | None = None, token: str | None = None,
-                      publisher_seq: int | None = None) -> None:
+                      publisher_seq: int | None = None, event: int | None = None,
+                      implicit: bool = True) -> None:
         """Send to `apex=pubsub/TOPIC@domain`; returns once the broker holds it durably.
+        `event`: the application event code this change means (event-binding.md §2);
+        `implicit=False`: publishing gives no implicit watch of the resource.
         `publish_type`, `message_id` (the data item, with the topic), `token` (a permission
         token) and `publisher_seq` travel in the `apexps.publish` option (robust-binding §2.3);
         a plain update without the rest sends no option."""
@@ -408,10 +431,11 @@ class PubsubClient:
                 self._topics.clear()
             self._topics[topic] = to
         if publish_type == PublishType.UPDATE and message_id is None and token is None \
-                and publisher_seq is None:
+                and publisher_seq is None and event is None and implicit:
             options: tuple[Option, ...] = ()  # a plain update: what PublishMeta() says
         else:
-            meta = PublishMeta(PublishType(publish_type), message_id, token, publisher_seq)
+            meta = PublishMeta(PublishType(publish_type), message_id, token, publisher_seq,
+                               event, implicit)
             options = () if meta == _PLAIN else (publish_option(meta),)
         await self.client.send(self.endpoint, [to], content, content_type, options=options)
 
@@ -572,6 +596,16 @@ class PubsubClient:
                 self._deliver(delivered)
             return
         if self._robust(data):
+            return
+        if data.content.lstrip()[:11] == b"<watchreply":
+            try:
+                reply = decode_events(data.content)
+            except ApexpsError:
+                return
+            if isinstance(reply, WatchReply):
+                waiting = self._waiting.get(reply.trans_id)
+                if waiting is not None and not waiting.done():
+                    waiting.set_result(reply)
             return
         try:
             op = decode_pubsub(data.content)

@@ -9,10 +9,11 @@ that translation lives in this module as pure functions over plain values, so it
 without a socket, a loop or a broker; `_feeds.py` acts on the results and `_app.py` is the thin
 aiohttp shell.
 
-A subscription names a topic today. The draft's resource subscriptions (topic + message-id, an
-event list, Expires) are to come; their fields are reserved in `SubscribeRequest` already and
-refused with a clear 501 until the broker offers them, so a client written against this API
-keeps working when they arrive.
+A subscription names a topic, or a resource (the draft's own subscriptions, docs/event-binding.md):
+`{"resource": "TOPIC/MESSAGE-ID", "events": ["modified", 32769], "expires": 600}` makes a watch
+on the broker, and the stream carries its Notifies (event `notify`), with the link seq as id
+like any delivery: the watch's Notifies travel on the feed's own link. `expires` may be
+"permanent"; the broker may shorten it (the answer says what was granted).
 
 `ReplayBuffer` is the rule that makes `Last-Event-ID` exact: every SSE event's id is the link
 seq of its delivery on the subscription's own robust link, ids rise strictly, and a stream that
@@ -88,7 +89,8 @@ class HttpError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class SubscribeRequest:
-    """`POST /subscriptions` (or the WebSocket's `subscribe`), validated."""
+    """`POST /subscriptions` (or the WebSocket's `subscribe`), validated. With `resource`, a
+    watch of that data item (`topic` is then the resource's topic)."""
 
     topic: str
     duration: int = DEFAULT_DURATION
@@ -96,6 +98,12 @@ class SubscribeRequest:
     selector_class: SelectorClass = SelectorClass.JMS
     #: content-based §5.8: the topic's cached messages first, then live data
     cached: bool = False
+    #: TOPIC/MESSAGE-ID: a resource watch (docs/event-binding.md)
+    resource: str | None = None
+    #: the watch's events (draft §4.1.1 codes)
+    events: frozenset[int] = frozenset()
+    #: the watch's Expires in seconds (0xffffffff: permanent)
+    expires: int = DEFAULT_DURATION
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,9 +115,12 @@ class Cancel:
 
 WsRequest = SubscribeRequest | Cancel
 
-#: Reserved for resource subscriptions (issue 22 items 1-6): refused with 501 until then.
-_LATER = ("resource", "events", "expires")
-_KNOWN = {"topic", "duration", "selector", "class", "cached", *_LATER}
+_RESOURCE = ("resource", "events", "expires")
+_KNOWN = {"topic", "duration", "selector", "class", "cached", *_RESOURCE}
+#: Event names a client may use for the draft's three (§4.1.1); others are numbers.
+EVENT_NAMES = {"created": 1, "modified": 2, "deleted": 3}
+PERMANENT = 0xFFFF_FFFF
+MAX_EVENTS = 64
 
 
 def _field(body: Mapping[str, Any], name: str, kind: type, default: Any = None) -> Any:
@@ -128,9 +139,11 @@ def parse_subscribe(body: object) -> SubscribeRequest:
     for name in body:
         if name not in _KNOWN and name != "op":
             raise HttpError(400, f"unknown field {name!r}", str(name))
-    for name in _LATER:
+    if "resource" in body:
+        return _resource_request(body)
+    for name in _RESOURCE:
         if name in body:
-            raise HttpError(501, f"{name}: resource subscriptions are not offered yet", name)
+            raise HttpError(400, f"{name} goes with resource", name)
     topic = _field(body, "topic", str)
     if topic is None:
         raise HttpError(400, "topic is required", "topic")
@@ -151,6 +164,38 @@ def parse_subscribe(body: object) -> SubscribeRequest:
                         "class") from None
     cached = _field(body, "cached", bool, False)
     return SubscribeRequest(topic, duration, selector, selector_class, cached)
+
+
+def _resource_request(body: Mapping[str, Any]) -> SubscribeRequest:
+    """A resource watch: `resource`, `events` (names or numbers), `expires` (seconds or
+    "permanent"); no topic, selector or cached (400 naming the field)."""
+    for name in ("topic", "duration", "selector", "class", "cached"):
+        if name in body:
+            raise HttpError(400, f"{name} does not go with resource", name)
+    resource = _field(body, "resource", str)
+    topic, slash, mid = resource.partition("/")
+    if not slash or not topic or not mid or len(resource) > MAX_TOPIC + 1025 or any(
+            c in topic for c in "@ \t\r\n") or any(ord(c) < 32 for c in mid):
+        raise HttpError(400, "resource is TOPIC/MESSAGE-ID", "resource")
+    raw = body.get("events")
+    if not isinstance(raw, list) or not 0 < len(raw) <= MAX_EVENTS:
+        raise HttpError(400, f"events is a list of 1..{MAX_EVENTS} event names or codes",
+                        "events")
+    events = set()
+    for item in raw:
+        if isinstance(item, str) and item.lower() in EVENT_NAMES:
+            events.add(EVENT_NAMES[item.lower()])
+        elif isinstance(item, int) and not isinstance(item, bool) and 0 <= item <= PERMANENT:
+            events.add(item)
+        else:
+            raise HttpError(400, f"{str(item)[:40]!r} is not an event: created, modified,"
+                                 " deleted or a code", "events")
+    expires = body.get("expires", DEFAULT_DURATION)
+    if expires == "permanent":
+        expires = PERMANENT
+    if not isinstance(expires, int) or isinstance(expires, bool) or not 1 <= expires <= PERMANENT:
+        raise HttpError(400, "expires is 1..4294967295 seconds or \"permanent\"", "expires")
+    return SubscribeRequest(topic, resource=resource, events=frozenset(events), expires=expires)
 
 
 def parse_ws(text: str) -> WsRequest:
@@ -192,18 +237,26 @@ _STATUS = {
     ReplyCode.UNKNOWN_SUBSCRIPTION: 404,
     ReplyCode.NOT_IMPLEMENTED: 501,
     ReplyCode.SERVICE_NOT_AVAILABLE: 503,
+    ReplyCode.EVENT_NOT_UNDERSTOOD: 400,  # 571 (docs/event-binding.md §3.1)
+    ReplyCode.EXPIRES_TOO_BRIEF: 400,  # 572, with min-expires in the text
+    ReplyCode.TRANSACTION_FAILED: 429,  # 554: too many watches
 }
 
 
 #: The request field a broker refusal is about, where the code says.
 _FIELD = {ReplyCode.UNSUPPORTED_SELECTOR_CLASS: "class",
-          ReplyCode.INCORRECT_SELECTOR: "selector"}
+          ReplyCode.INCORRECT_SELECTOR: "selector",
+          ReplyCode.EVENT_NOT_UNDERSTOOD: "events",
+          ReplyCode.EXPIRES_TOO_BRIEF: "expires"}
 
 
 def http_status(exc: ApexpsError) -> HttpError:
     """The HTTP answer to a broker refusal, keeping its code and text."""
     status = _STATUS.get(exc.code, 503 if exc.retriable else 502)
-    return HttpError(status, f"{int(exc.code)} {exc}", _FIELD.get(exc.code))
+    text = f"{int(exc.code)} {exc}"
+    if (least := getattr(exc, "min_expires", None)) is not None:
+        text += f" (min-expires {least})"
+    return HttpError(status, text, _FIELD.get(exc.code))
 
 
 def sse_event(seq: int, data: Mapping[str, Any], event: str = "message") -> bytes:

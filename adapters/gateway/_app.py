@@ -133,11 +133,16 @@ async def _body(request: web.Request) -> object:
 
 
 def _feed_view(request: web.Request, feed: Feed) -> dict[str, Any]:
-    return {"id": feed.id, "topic": feed.request.topic, "link": feed.link,
+    view = {"id": feed.id, "topic": feed.request.topic, "link": feed.link,
             "events": str(request.url.with_path(f"/subscriptions/{feed.id}/events")
                           .with_query(None)),
             "duration": feed.request.duration, "selector": feed.request.selector,
             "subscription_id": feed.apex_id}
+    if feed.watch is not None:  # a resource watch: what the broker granted
+        view.update(resource=feed.request.resource, expires=feed.watch.expires,
+                    watch_events=sorted(feed.watch.events))
+        del view["duration"], view["selector"], view["subscription_id"]
+    return view
 
 
 async def _subscribe(request: web.Request) -> web.Response:
@@ -237,7 +242,8 @@ async def _events(request: web.Request) -> web.StreamResponse:
 
 async def _websocket(request: web.Request) -> web.WebSocketResponse:
     """Both directions on one socket: `{"op":"subscribe",…}` answers `{"subscribed":…}` and
-    starts its deliveries as `{"delivery":…}`; `{"op":"cancel","id":…}` answers
+    starts its deliveries as `{"delivery":…}` (a resource watch's Notifies as
+    `{"notify":…}`); `{"op":"cancel","id":…}` answers
     `{"cancelled":id}`; a refusal is `{"error":…, "field":…}` and changes nothing."""
     who = request.app[_AUTH](request)
     _admit(request)
@@ -256,6 +262,8 @@ async def _websocket(request: web.Request) -> web.WebSocketResponse:
             data = event.decode().split("data: ", 1)[1].strip()
             if seq == CONTROL:  # a reset or the end: {"control": {"reset"|"end": …}}
                 await ws.send_str(f'{{"control":{data},"id":"{feed.id}"}}')
+            elif event.startswith(b"event: notify\n"):  # a resource watch's Notify
+                await ws.send_str(f'{{"notify":{data},"seq":{seq}}}')
             else:
                 await ws.send_str(f'{{"delivery":{data},"seq":{seq}}}')
         if stream.closed == "slow reader":

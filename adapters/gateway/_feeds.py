@@ -37,8 +37,11 @@ from typing import Any
 import structlog
 
 from adapters.apex.endpoint import Endpoint
+from adapters.apex.events_codec import NotifyDoc, WatchReply, decode_events
 from adapters.client.pubsub_client import Delivered, Ended, LinkTraffic, PubsubClient
 from adapters.client.robust_client import Message, RobustSubscriber
+from broker.events import State
+from broker.names import NOTIFY_TOPIC
 from common.errors import ApexpsError, ReplyCode, ServiceNotAvailable
 
 from ._api import (
@@ -144,6 +147,8 @@ class Feed:
     on_end: Callable[[Feed], None] | None = None
     #: deliveries the feed had from the broker again (gap fill) for reconnecting streams
     refilled: int = 0
+    #: a resource feed: the broker's answer to its watch (the granted Expires)
+    watch: WatchReply | None = None
 
     @property
     def link(self) -> str:
@@ -173,21 +178,29 @@ class Feed:
                 if not isinstance(event, Ended) or event.topic != self.request.topic or (
                         event.subscription_id not in (None, self.apex_id)):
                     continue
-                log.info("gateway subscription ended by the broker", subscription=self.id,
-                         user=self.user, topic=self.request.topic)
-                end = sse_end("the broker ended the subscription")
-                for stream in self.streams:
-                    stream.offer(CONTROL, end)
-                    stream.close("ended")
-                self.streams.clear()
-                if self.on_end is not None:
-                    self.on_end(self)
+                self._ended_by_broker("the broker ended the subscription")
                 return
         except ApexpsError:
             return  # the connection is gone for good: the pump says so
 
+    def _ended_by_broker(self, why: str) -> None:
+        log.info("gateway subscription ended by the broker", subscription=self.id,
+                 user=self.user, topic=self.request.topic, reason=why)
+        end = sse_end(why)
+        for stream in self.streams:
+            stream.offer(CONTROL, end)
+            stream.close("ended")
+        self.streams.clear()
+        if self.on_end is not None:
+            self.on_end(self)
+
     def render(self, message: Message) -> bytes:
         stamp = message.stamp
+        if self.request.resource is not None:
+            notify = _notify(message)
+            if notify is not None:
+                return sse_event(stamp.link_seq, _notify_view(self.id, stamp.link_seq, notify),
+                                 "notify")
         try:
             content: Any = message.content.decode()
         except UnicodeDecodeError:
@@ -211,6 +224,10 @@ class Feed:
                         self.streams.discard(stream)
                         log.warning("gateway stream closed: slow reader", subscription=self.id,
                                     user=self.user, seq=seq)
+                notify = _notify(message) if self.request.resource is not None else None
+                if notify is not None and notify.state is State.TERMINATED:
+                    self._ended_by_broker(str(notify.reason))
+                    return
         except ApexpsError as exc:
             log.error("gateway feed ended", subscription=self.id, error=str(exc))
         for stream in self.streams:
@@ -266,8 +283,11 @@ class Feed:
             stream.close("cancelled")
         self.streams.clear()
         if cancel:
-            with contextlib.suppress(ApexpsError, OSError):
-                if self.apex_id is not None:
+            with contextlib.suppress(ApexpsError, OSError, TimeoutError):
+                if self.request.resource is not None:
+                    await self.client.watch(self.request.resource, self.request.events, 0,
+                                            watch_id=self.id, link=self.link)
+                elif self.apex_id is not None:
                     await self.client.cancel(subscription_id=self.apex_id)
                 else:
                     await self.client.cancel(self.request.topic)
@@ -307,9 +327,14 @@ class Feeds:
         try:
             client = await self.connect(self.endpoint(who.user, ident), who)
             robust = await RobustSubscriber.open(client)
-            apex_id = await client.subscribe(
-                request.topic, request.duration, link=robust.link, cached=request.cached,
-                selector=request.selector, selector_class=request.selector_class.value)
+            apex_id, watch = None, None
+            if request.resource is not None:
+                watch = await client.watch(request.resource, request.events, request.expires,
+                                           watch_id=ident, link=robust.link)
+            else:
+                apex_id = await client.subscribe(
+                    request.topic, request.duration, link=robust.link, cached=request.cached,
+                    selector=request.selector, selector_class=request.selector_class.value)
         except BaseException as exc:
             # Refused, unreachable, or the HTTP client went away (aiohttp cancels the
             # handler): nothing of the attempt stays open here. A subscription the broker
@@ -329,6 +354,7 @@ class Feeds:
         feed = Feed(ident, who.user, request, client, robust, ReplayBuffer(self.replay),
                     self.stream_limit, apex_id)
         feed.on_end = self._ended
+        feed.watch = watch
         feed.start()
         self.feeds[ident] = feed
         log.info("gateway subscribed", subscription=ident, user=who.user, topic=request.topic,
@@ -370,3 +396,32 @@ def _refusal(exc: ApexpsError) -> HttpError:
         # is the topic's absence: 404, as a missing topic is 550 elsewhere.
         return HttpError(404, f"{int(exc.code)} {exc}", "topic")
     return http_status(exc)
+
+
+def _notify(message: Message) -> NotifyDoc | None:
+    """The Notify a resource feed's delivery holds (None for anything else on the link)."""
+    if message.stamp.topic != NOTIFY_TOPIC:
+        return None
+    try:
+        doc = decode_events(message.content)
+    except ApexpsError:
+        return None
+    return doc if isinstance(doc, NotifyDoc) else None
+
+
+def _notify_view(ident: str, seq: int, doc: NotifyDoc) -> dict[str, Any]:
+    """A Notify as the SSE event's JSON (docs/event-binding.md §5)."""
+    versions = []
+    for v in doc.versions:
+        try:
+            content: Any = v.content.decode()
+        except UnicodeDecodeError:
+            content = v.content.hex()
+        versions.append({"source": v.source, "source_seq": v.source_seq,
+                         "type": str(v.publish_type), "content_type": v.content_type,
+                         "content": content})
+    return {"subscription": ident, "seq": seq, "resource": str(doc.resource),
+            "state": str(doc.state), "reason": None if doc.reason is None else str(doc.reason),
+            "events": sorted(doc.events), "expires": doc.expires, "current": doc.current,
+            "versions": versions}
+

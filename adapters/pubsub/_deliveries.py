@@ -199,7 +199,7 @@ class Renderer:
         return Packer(self, link, limit)
 
     def render(self, action: Send) -> None:
-        """Send what became durable (see the module docstring)."""
+        """Send what the core assigned, in its order (see the module docstring)."""
         by_entry: dict[int, tuple[JournalEntry, list[Endpoint], list[tuple[Option, ...]],
                                   dict[Endpoint, object]]] = {}
         packers: dict[str, Packer] = {}

@@ -25,10 +25,13 @@ from broker.pubsub import PubsubService
 from broker.pubsub.wkt import (
     SUBSCRIPTIONS_TOPIC,
     TOPICS_TOPIC,
+    WATCH_MARK,
     Revisions,
     subscription_message,
     subscription_message_id,
     topic_message,
+    watch_message,
+    watch_message_id,
 )
 from broker.records import Publication, Subscription, SubscriptionState, Topic
 from broker.robust.items import ItemStore
@@ -76,6 +79,18 @@ class WktPublisher:
                                             now_ms=now, content_type=BEEP_XML, ended=reason))
         return out
 
+    def watch_state(self, *, subscriber: str, resource: str, watch_id: str, events: str,
+                    expires: int, state: str, reason: str | None, created_at: int, link: str,
+                    expires_at: int | None) -> Publication:
+        """A resource watch's state for WKT=Subscriptions (docs/event-binding.md §7)."""
+        rev, now = self._stamp(SUBSCRIPTIONS_TOPIC,
+                               watch_message_id(subscriber, resource, watch_id))
+        return watch_message(subscriber=subscriber, resource=resource, watch_id=watch_id,
+                             events=events, expires=expires, state=state, reason=reason,
+                             created_at=created_at, link=link, expires_at=expires_at,
+                             service=self.service.endpoint,
+                             revision=rev, now_ms=now, content_type=BEEP_XML)
+
     async def publish(self, pubs: list[Publication]) -> None:
         """Append `pubs` (on the event loop) and wait until Kafka holds them or refused."""
         if not pubs:
@@ -105,7 +120,9 @@ class WktPublisher:
                  if name not in listed]
         pubs += [self.topic_deleted(str(name)) for name in sorted(listed - set(topics), key=str)
                  if name is not None]
-        shown = {e.message_id: e for e in self.items.snapshot(SUBSCRIPTIONS_TOPIC)}
+        # (resource watches' messages are the event notifier's: it restores them itself)
+        shown = {e.message_id: e for e in self.items.snapshot(SUBSCRIPTIONS_TOPIC)
+                 if WATCH_MARK not in (e.message_id or "")}
         active = {subscription_message_id(s): s for s in svc.subscriptions()
                   if s.state is SubscriptionState.ACTIVE}
         pubs += [self.subscribed(s) for mid, s in sorted(active.items()) if mid not in shown]

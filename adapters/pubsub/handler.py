@@ -13,8 +13,10 @@ What arrives (draft-schwartz-apex-pubsub §4):
   stands. A subscribe or cancel sent there by another domain's pubsub service is that service
   forwarding a request to us as its redistributor (§2.4, §4.5 step 4).
 
-What leaves: forwarding of journaled messages (`forward`, called with what the journal follower
-read back, which first advances the data item state; with a link log, sequenced per subscriber
+What leaves: forwarding of journaled messages (`forward`, called by the `ForwardCursor` with
+each journal entry once, in offset order: our own publications as soon as Kafka acknowledged
+them, from memory, everything else as the journal follower reads it back; it first advances the
+data item state; with a link log, sequenced per subscriber
 link by `sequenced.SequencedFanout`, which also serves gap requests, source repairs, capability
 queries, snapshots and heartbeats), cancel notices on expiry and topic deletion, forwarded
 requests to redistributors, and replies a redistributor sent us, passed on to whoever asked.
@@ -39,12 +41,13 @@ import contextlib
 import functools
 import itertools
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 
 import structlog
 
 from adapters.apex.codec import BEEP_XML, Data, Option, TargetHop
 from adapters.apex.endpoint import Endpoint
+from adapters.apex.events_codec import EVENT_ELEMENTS
 from adapters.apex.inre import in_re_option
 from adapters.apex.options import hop_limit
 from adapters.apex.pubsub_codec import (
@@ -70,7 +73,9 @@ from adapters.apex.robust_codec import (
     encode_robust,
     find_publish_meta,
 )
-from broker.journal import Journal, PublisherPosition
+from broker.delivery.cursor import ForwardCursor
+from broker.events import APP_EVENT_OPTION, WatchTable
+from broker.journal import Appended, Journal, PublisherPosition
 from broker.names import DEFAULT_HOPS, REPORT_SERVICE, SERVICE
 from broker.publish_gate import Outcome, PublishGate
 from broker.pubsub import Forward, PubsubService
@@ -84,6 +89,7 @@ from common.errors import ApexpsError, OptionNotImplemented, ParameterSyntaxErro
 
 from ._deliveries import SendData
 from ._wkt_publisher import WktPublisher
+from .events import EventNotifier
 from .sequenced import SequencedFanout
 
 __all__ = ["PubsubHandler"]
@@ -115,11 +121,12 @@ class PubsubHandler:
     def __init__(self, service: PubsubService, journal: Journal,
                  send: SendData, links: LinkLog | None = None,
                  robust: RobustConfig | None = None, *, items: ItemStore | None = None,
-                 marks: FanoutMarks | None = None) -> None:
+                 marks: FanoutMarks | None = None, events: WatchTable | None = None) -> None:
         """`links`: the link log; with it, deliveries are sequenced (docs/robust-binding.md)
         and gap requests, source repairs, capability queries and heartbeats are served;
         without it, the plain topic path. `items`: the data item state `forward` advances;
-        with the link log, snapshots are served from it (robust-binding §9)."""
+        with the link log, snapshots are served from it (robust-binding §9). `events`: the
+        resource watch table, with its Expires and implicit policies (event-binding.md)."""
         self.service, self.journal, self._send = service, journal, send
         self.links = links
         self.items = items
@@ -136,6 +143,9 @@ class PubsubHandler:
         self._forwarded: dict[int, tuple[Endpoint, int]] = {}
         #: publications accepted in this event-loop turn, appended together
         self._batch: list[tuple[Publication, asyncio.Future[Iterable[Data]]]] = []
+        #: forwards each journal entry once, in offset order, from whichever road brings it
+        #: first: Kafka's acknowledgement of our append, or the journal follower
+        self.cursor = ForwardCursor(self.forward)
         #: drops copies of publications already journaled (publisher seqs, §8)
         self.gate = PublishGate(journal, defer=self._loop.call_soon_threadsafe)
         #: journals WKT=Topics and WKT=Subscriptions as state changes (content-based §6)
@@ -147,16 +157,34 @@ class PubsubHandler:
         self.reports: list[Data] = []
         #: topic@domain -> the origin's last reply to our redistribution subscribe
         self.redistributing: dict[str, Reply] = {}
+        #: resource watches and their Notifies (docs/event-binding.md)
+        self.events = EventNotifier(self, events)
+
+    @property
+    def lock(self) -> asyncio.Lock:
+        """The management lock: one management operation at a time."""
+        return self._lock
+
+    def send(self, data: Data) -> None:
+        """Send data the service initiates."""
+        self._send(data)
+
+    def spawn(self, work: Coroutine[object, object, None]) -> None:
+        """Run `work` as a task of the handler's (cancelled on close)."""
+        self._tasks = [t for t in self._tasks if not t.done()]
+        self._tasks.append(asyncio.create_task(work))
 
     # --- lifecycle ----------------------------------------------------------------------
 
     def start(self) -> None:
         self._expiry_task = asyncio.create_task(self._expire_loop())
         self._tasks.append(asyncio.create_task(self.wkt.publish(self.wkt.reconcile())))
+        self.events.start()
         if self.sequenced is not None:
             self.sequenced.start()
 
     async def close(self) -> None:
+        await self.events.close()
         if self.sequenced is not None:
             await self.sequenced.close()
         for task in [self._expiry_task, *self._tasks]:
@@ -201,6 +229,9 @@ class PubsubHandler:
             tag = _root_tag(data.content)
             if tag == "pubstatus":
                 return self._pubstatus(data.originator, decode_robust(data.content))
+            if tag in EVENT_ELEMENTS:
+                watch = self.events.decode(data.content)
+                return asyncio.ensure_future(self.events.request(data.originator, watch))
             if self.sequenced is not None and tag in ROBUST_ELEMENTS:
                 doc = decode_robust(data.content)
                 return asyncio.ensure_future(self.sequenced.request(data.originator, doc))
@@ -230,10 +261,13 @@ class PubsubHandler:
         in arrival order, as one journal batch; answered once Kafka holds it."""
         hops = {"dataHopping": str(hop_limit(data.options) or DEFAULT_HOPS)}
         meta = find_publish_meta(data.options) or _PLAIN
+        if meta.event is not None:  # its application event (event-binding.md §2)
+            hops[APP_EVENT_OPTION] = str(meta.event)
         pub = self.service.accept(str(data.originator), topic, data.content, data.content_type,
                                   hops, publish_type=meta.publish_type,
                                   message_id=meta.message_id, permission_token=meta.token,
                                   publisher_seq=meta.publisher_seq)
+        self.events.published(str(data.originator), pub, implicit=meta.implicit)
         done: asyncio.Future[Iterable[Data]] = self._loop.create_future()
         if not self._batch:
             self._loop.call_soon(self._append_batch)
@@ -242,8 +276,18 @@ class PubsubHandler:
 
     def _append_batch(self) -> None:
         batch, self._batch = self._batch, []
-        self.gate.append_many([pub for pub, _ in batch],
-                              functools.partial(_resolve_all, [done for _, done in batch]))
+        self.gate.append_many([pub for pub, _ in batch], functools.partial(self._appended, batch))
+
+    def _appended(self, batch: list[tuple[Publication, asyncio.Future[Iterable[Data]]]],
+                  results: list[Outcome]) -> None:
+        """Answer the publishers, then forward what Kafka acknowledged, from memory
+        (broker/delivery/cursor.py): no fetch of the journal between its `ok` and its
+        subscribers. A copy answered without a record of its own forwards nothing."""
+        _resolve_all([done for _, done in batch], results)
+        acked = [JournalEntry.of_publication(pub, r.source_seq, r.appended_at, r.position)
+                 for (pub, _), r in zip(batch, results, strict=True) if type(r) is Appended]
+        if acked:
+            self.cursor.acked(acked)
 
     def _pubstatus(self, originator: Endpoint, doc: object) -> asyncio.Future[Iterable[Data]]:
         """§8: the requester's position, once what it has in flight has settled."""
@@ -295,6 +339,7 @@ class PubsubHandler:
             wkt.extend(self.wkt.ended(ended, "topic deleted"))
             if self.items is not None:  # on the loop, in order with forward
                 self._loop.call_soon_threadsafe(self.items.forget_topic, op.topic)
+            self._loop.call_soon_threadsafe(self.events.topic_deleted, op.topic)
             return [self._data(originator, Reply(250, op.trans_id)), *self._notices(ended)]
         if isinstance(op, ListTopics):
             names = svc.list_topics(who)
@@ -331,6 +376,7 @@ class PubsubHandler:
             if isinstance(gone, Forward):
                 return [self._forward(originator, op, gone)]
             wkt.extend(self.wkt.ended(gone, "cancelled"))
+            self._loop.call_soon_threadsafe(self.events.routes_ended, gone)
             return [self._data(originator, Reply(250, op.trans_id))]
         if isinstance(op, Reply):
             return self._pass_on(originator, op)
@@ -419,6 +465,9 @@ class PubsubHandler:
     def forward(self, entries: list[JournalEntry]) -> None:
         """Forward journaled messages to their topics' subscribers (on the event loop)."""
         if self.items is not None:
+            # Before the items move: the Notifies read each change off the state before it
+            # (event-binding.md §4).
+            self.events.observe(entries)
             # First, in the same step: a snapshot between two forwards holds exactly what was
             # forwarded (robust-binding §9).
             self.items.apply(entries)
@@ -446,8 +495,9 @@ class PubsubHandler:
                     recipient_options=per if any(per) else (),
                     content_ref="#Content" if entry.content_type == BEEP_XML else None)
 
-    def forward_threadsafe(self, entries: list[JournalEntry]) -> None:
-        self._loop.call_soon_threadsafe(self.forward, entries)
+    def forward_threadsafe(self, entries: list[JournalEntry], reached: dict[int, int]) -> None:
+        """The journal follower's batch (any thread): to the cursor, on the event loop."""
+        self._loop.call_soon_threadsafe(self.cursor.followed, entries, reached)
 
     async def _expire_loop(self) -> None:
         while True:

@@ -39,6 +39,7 @@ from broker.delivery import (
     Action,
     CatchUpDone,
     DeliveryCore,
+    Durable,
     Outgoing,
     RepairAnswer,
     RepairJob,
@@ -174,7 +175,7 @@ class SequencedFanout:
     # --- the core's events and actions ------------------------------------------------------
 
     def forward(self, entries: list[JournalEntry]) -> None:
-        """Sequence `entries` onto their subscribers' links (event loop); sent once durable."""
+        """Sequence `entries` onto their subscribers' links and send them (event loop)."""
         self.core.forward(entries)
 
     def entitled(self, entry: JournalEntry, subscriber: str) -> bool:
@@ -187,7 +188,8 @@ class SequencedFanout:
         """Claim `link` for `owner` (on subscribe, in a worker thread) and send the reset that
         begins it, if the claim made one. Called before the subscription is recorded, so the
         reset goes out before anything else on the link (the event loop runs callbacks in the
-        order they were scheduled, and deliveries are scheduled only once durable)."""
+        order they were scheduled, and the subscription is recorded, and so routed to, only
+        after this returns)."""
         record = self.links.claim(link, owner)
         if record is not None:
             self._loop.call_soon_threadsafe(self.core.claimed, owner, record)
@@ -195,14 +197,15 @@ class SequencedFanout:
     def _act(self, action: Action) -> None:
         if isinstance(action, Send):
             self.render.render(action)
+        elif isinstance(action, Durable):
             if self._sent_waiters:
                 self._wake_sent(action)
         else:
             self._answer_repair(action)
 
     async def sent_through(self, link: str, link_seq: int) -> None:
-        """Until `link` has been sent link seq `link_seq` or a later one of its epoch (so the
-        link log holds it): what an operator or a test awaits instead of polling Kafka."""
+        """Until `link` has been sent link seq `link_seq` or a later one of its epoch and the
+        link log holds it: what an operator or a test awaits instead of polling Kafka."""
         head = self.links.last(link)
         if head is not None and head.link_seq >= link_seq:
             return
@@ -210,18 +213,18 @@ class SequencedFanout:
         self._sent_waiters.setdefault(link, []).append((link_seq, done))
         await done
 
-    def _wake_sent(self, action: Send) -> None:
-        for item in action.items:
-            waiters = self._sent_waiters.get(item.record.link)
+    def _wake_sent(self, action: Durable) -> None:
+        for record in action.records:
+            waiters = self._sent_waiters.get(record.link)
             if not waiters:
                 continue
-            seq = item.record.link_seq
+            seq = record.link_seq
             for want, done in [w for w in waiters if w[0] <= seq]:
                 waiters.remove((want, done))
                 if not done.done():
                     done.set_result(None)
             if not waiters:
-                del self._sent_waiters[item.record.link]
+                del self._sent_waiters[record.link]
 
     def _answer_repair(self, answer: RepairAnswer) -> None:
         job = answer.job
@@ -280,6 +283,7 @@ class SequencedFanout:
         chunks = None
         try:
             self.links.check_owner(req.link, str(originator))
+            await self._settled(req.link)
             chunks = refill_chunks(self.links, self.journal, req.link, req.link_from,
                                    req.link_to, epoch=req.epoch)
             chunk = await asyncio.to_thread(next, chunks, None)
@@ -309,6 +313,17 @@ class SequencedFanout:
                  ms=round((self._loop.time() - began) * 1000))
         return [self._doc(originator, LinkReply(
             250, req.link, req.trans_id, None if head is None else head.epoch, last))]
+
+    async def _settled(self, link: str) -> None:
+        """Until what `link` was sent so far is durable or failed (`DeliveryCore.when_settled`):
+        records are sent before the link log holds them, and the request may be for them."""
+        done: asyncio.Future[None] = self._loop.create_future()
+
+        def settled() -> None:
+            if not done.done():
+                done.set_result(None)
+        self.core.when_settled(link, settled)
+        await done
 
     def _send_refill(self, to: Endpoint, chunk: Refilled, packer: Packer | None) -> int:
         """Send one chunk of a gap fill; how many of its messages were withheld."""

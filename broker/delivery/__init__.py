@@ -6,7 +6,7 @@ reads and the clocks are ports (`broker.delivery.ports`). The asyncio driver tha
 actions as APEX data lives in adapters/.
 """
 
-from .actions import Action, Emit, Outgoing, RepairAnswer, RepairJob, RepairReset, Send
+from .actions import Action, Durable, Emit, Outgoing, RepairAnswer, RepairJob, RepairReset, Send
 from .core import APPENDS_IN_FLIGHT, GATHER_LIMIT, REPAIR_CHUNK, DeliveryCore
 from .ports import CatchUpDone, CatchUpReader, Clock, Defer, LinkLogPort, Routes, WallClock
 
@@ -20,6 +20,7 @@ __all__ = [
     "Clock",
     "Defer",
     "DeliveryCore",
+    "Durable",
     "Emit",
     "LinkLogPort",
     "Outgoing",

@@ -1,6 +1,6 @@
 """What the delivery core asks its owner to do, and the requests it is handed.
 
-The core never renders: an `Outgoing` names the subscriber, the durable link record and the
+The core never renders: an `Outgoing` names the subscriber, the link record (assigned) and the
 journal entry it carries; the APEX driver turns a `Send` into stamps, data and `<batch>`
 documents. Every action the core emits goes through one `Emit` callable, in the order it must
 happen on the wire.
@@ -16,7 +16,8 @@ from broker.records import JournalEntry
 from broker.robust.links import LinkRecord
 from common.errors import ApexpsError
 
-__all__ = ["Action", "Emit", "Outgoing", "RepairAnswer", "RepairJob", "RepairReset", "Send"]
+__all__ = ["Action", "Durable", "Emit", "Outgoing", "RepairAnswer", "RepairJob", "RepairReset",
+           "Send"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +30,7 @@ class RepairReset:
 
 
 class Outgoing(NamedTuple):
-    """One durable link record for its subscriber (a NamedTuple: one per delivery)."""
+    """One link record for its subscriber (a NamedTuple: one per delivery)."""
 
     who: str
     record: LinkRecord
@@ -41,12 +42,21 @@ class Outgoing(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Send:
-    """Send these, in this order: every record here is durable in the link log."""
+    """Send these, in this order: every record here is assigned and queued for the link log,
+    not necessarily durable yet (`Durable` says when; core.py, "Ordering")."""
 
     items: Sequence[Outgoing]
     #: link -> the most items one `<batch>` may hold, for the links whose items go packed
     #: (robust-binding §5.4: a catch-up that asked for batches, or a subscriber that did)
     packed: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Durable:
+    """These records, sent before, are now durable in the link log (what `sent_through`
+    waiters and the like await)."""
+
+    records: Sequence[LinkRecord]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +91,6 @@ class RepairAnswer:
     held: int = 0
 
 
-Action = Send | RepairAnswer
+Action = Send | Durable | RepairAnswer
 #: Where the core's actions go, in order.
 Emit = Callable[[Action], None]

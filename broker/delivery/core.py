@@ -6,28 +6,44 @@ Theory of operation
 Inputs are calls: `forward` (entries the journal follower handed over), the settling of an
 append (through the link log's callback, hopped onto the core's thread with `defer`), `repair`
 (a source repair request) and the catch-up read that answers it, `queue_snapshot`, `claimed`
-(a link's first reset), `tick` (the passing of time) and `close`. Outputs are `Send` and
-`RepairAnswer` actions through `emit`, plus appends to the link log. Kafka and the clocks are
-behind `broker.delivery.ports`; nothing here does I/O or knows the wire.
+(a link's first reset), `tick` (the passing of time) and `close`. Outputs are `Send`,
+`Durable` and `RepairAnswer` actions through `emit`, plus appends to the link log. Kafka and
+the clocks are behind `broker.delivery.ports`; nothing here does I/O or knows the wire.
 
-Ordering. What `forward` is handed becomes a `LinkLogPort.append_many`; a link record is sent
-only once the link log holds it, so every seq a subscriber saw is one a restarted broker can
-refill and will not hand out again. Appends settle out of order when they span partitions, so
-they wait in a FIFO and are sent in the order they were assigned: a link's seqs leave in order.
-A record that failed is not sent; the link log then begins a new epoch on that link (a reset),
-which is what tells the subscriber.
+Ordering: the link log off the critical path (robust-binding §2.5). What `forward` is handed
+becomes a `LinkLogPort.append_many`, which assigns each item its link seq and queues the
+records for Kafka; they are sent at once, in the order assigned (a link's seqs leave in
+order), without waiting for Kafka to make them durable. The link log stays the evidence:
+- a record that fails to become durable while the broker lives makes the link log begin a new
+  epoch on that link (a reset) with its next item, so no (epoch, seq) a subscriber saw is ever
+  given to another message; a gap fill of the failed seq is refused (569) and the subscriber
+  repairs by source;
+- a crash can lose records a subscriber already saw; a restarted broker cannot know a link's
+  true head, so after a start that the log does not prove clean every link begins a new epoch
+  on first use (`LinkLog.begin_new_epochs`, unless the last stop was clean), and the fan-out
+  mark (below) puts what was not durable on its links again in that epoch: the subscriber's
+  stub drops the source seqs it already has;
+- a source repair's catch-up and a snapshot are not live traffic: they are sent only once
+  durable (`_pump`; what is appended after them waits behind them, keeping link order), so
+  every record a crash can lose unlogged carried live data, which the mark sends again and
+  logs. (A snapshot is also rendered after the subscription it opens is active, as its InRe
+  needs.)
+So every range of an epoch the link log holds can be refilled exactly (invariant 4), and the
+link log holds everything a subscriber saw except what a crash or a failed append lost, which
+a reset reports.
 
 Coalescing. An append costs much the same for one message as for twenty (a Kafka produce per
-links partition, a delivery report, one data per subscriber when sent). While
-`APPENDS_IN_FLIGHT` appends are unsettled, what `forward`, the heartbeats and the end of a hold
-would append is *gathered* in order and appended as one batch when the oldest settles, or at
-once when `GATHER_LIMIT` items wait. An idle core appends at once, so a quiet link gains no
-latency. Any other append (a repair's reset and catch-up, a snapshot) first appends what was
-gathered: link order is call order.
+links partition, a delivery report). While `APPENDS_IN_FLIGHT` appends are unsettled, what
+`forward`, the heartbeats and the end of a hold would append is *gathered* in order and
+appended as one batch at the end of the owner's turn (a `defer`red flush), or at once when
+`GATHER_LIMIT` items wait. An idle core appends at once, so a quiet link gains no latency. Any
+other append (a repair's reset and catch-up, a snapshot) first appends what was gathered: link
+order is call order.
 
 The fan-out mark (`mark`): per journal partition, the offset below which every entry `forward`
 was handed is durable on its links — what was handed, less what is still on its way to the
-link log (pending, gathered) or held by a repair.
+link log (unsettled, gathered) or held by a repair. A restarted broker follows the journal from
+the mark, so what was sent but not durable is sent again, and logged.
 
 Source repair (§5.2) starts a new epoch on the link: a reset stamped with the request's
 transID, the catch-up, then live data, with no gap and no duplicate between them. While the
@@ -36,10 +52,10 @@ catch-up ends exactly where `forward` stood when the hold began (`_until`), so w
 epoch carried is in it and what `forward` gets later comes after it. Held entries the catch-up
 already holds (by source and source seq) are dropped. The catch-up is appended a chunk per
 `defer`red step, so an owner's event loop stays responsive; then the held entries, and the hold
-ends. The `RepairAnswer` follows the last catch-up item. A refused repair changes nothing: the
-held entries go on in the old epoch. One repair of a link runs at a time; a request that comes
-while another of the same link waits replaces it (the subscriber asked again, with the same
-positions, and takes the answer to any request of the round).
+ends. The `RepairAnswer` follows once the last catch-up item is durable. A refused repair
+changes nothing: the held entries go on in the old epoch. One repair of a link runs at a
+time; a request that comes while another of the same link waits replaces it (the subscriber
+asked again, with the same positions, and takes the answer to any request of the round).
 
 Snapshots (§9). `queue_snapshot` puts a topic's current item state onto a link as snapshot
 copies, like any data; called in the same step as a subscription becomes visible to `forward`,
@@ -64,14 +80,14 @@ from broker.records import JournalEntry, now_ms
 from broker.robust.links import LinkItem, LinkKind, LinkRecord
 from common.errors import ApexpsError, JournalUnavailable
 
-from .actions import Emit, Outgoing, RepairAnswer, RepairJob, RepairReset, Send
+from .actions import Durable, Emit, Outgoing, RepairAnswer, RepairJob, RepairReset, Send
 from .ports import CatchUpReader, Clock, Defer, LinkLogPort, Routes, WallClock
 
 __all__ = ["APPENDS_IN_FLIGHT", "GATHER_LIMIT", "REPAIR_CHUNK", "DeliveryCore"]
 
 log = structlog.get_logger(__name__)
 
-#: Live appends unsettled before `forward` gathers ("Coalescing" above).
+#: Live appends unsettled before `forward` gathers until the end of the turn ("Coalescing").
 APPENDS_IN_FLIGHT = 1
 #: Link items gathered at most before they are appended regardless (a burst's batch: a few ms
 #: of a flat-out publisher at ten subscribers, well inside a links pack's limits).
@@ -102,10 +118,12 @@ class _Pending:
     then: Callable[[_Pending], None] | None = None
     #: its items go packed up to this many per `<batch>` (one link's catch-up only)
     batch: int | None = None
+    #: sent only once settled, and only what became durable (a repair's catch-up)
+    durable_first: bool = False
 
     @property
     def ok(self) -> bool:
-        """Every record of the batch became durable (and was sent)."""
+        """Every record of the batch became durable."""
         return self.outcomes is not None and not any(
             isinstance(o, JournalUnavailable) for o in self.outcomes)
 
@@ -134,7 +152,14 @@ class DeliveryCore:
         self._links, self._routes, self._reader, self._emit = links, routes, reader, emit
         self.heartbeat_s = heartbeat_s
         self._defer, self._clock, self._wall = defer, clock, wall
-        self._pending: deque[_Pending] = deque()
+        #: appends not yet settled (the mark stays below what they carry)
+        self._pending: list[_Pending] = []
+        #: appends not yet sent, in assignment order: they wait behind a catch-up's
+        self._unsent: deque[_Pending] = deque()
+        #: a flush of what was gathered is deferred to the end of the turn
+        self._flush_due = False
+        #: `when_settled` callers: the appends they wait for, and their callback
+        self._settle_waiters: list[tuple[set[int], Callable[[], None]]] = []
         self._gathered: list[LinkItem] = []
         self._gathered_targets: _Targets = []
         #: link -> clock time of the last item put on it (heartbeats)
@@ -193,7 +218,7 @@ class DeliveryCore:
         return self._routes.entitled(entry, subscriber)
 
     def forward(self, entries: Sequence[JournalEntry]) -> None:
-        """Sequence `entries` onto their subscribers' links; each is sent once durable."""
+        """Sequence `entries` onto their subscribers' links and send them (see "Ordering")."""
         items: list[LinkItem] = []
         targets: _Targets = []
         held, forwarded, carried = self._held, self._forwarded, self._carried
@@ -234,7 +259,7 @@ class DeliveryCore:
                 targets.append((subscriber, entry))
         if not items:
             return 0
-        slot = self._append(items, targets,
+        slot = self._append(items, targets, durable_first=True,
                             then=None if then is None else lambda done: then(done.ok))
         if slot is None and then is not None:
             then(False)  # the link log refused the batch: nothing was sent
@@ -259,6 +284,18 @@ class DeliveryCore:
         self._queue(items, targets)
         return max(self.heartbeat_s / 4, 0.01)
 
+    def when_settled(self, link: str, callback: Callable[[], None]) -> None:
+        """Call `callback` once every record of `link` sent so far is durable or has failed
+        (at once if none is settling): a gap fill reads the link log only then, since a
+        subscriber may ask for seqs it was sent a moment ago."""
+        self._append_gathered()
+        waiting = {id(slot) for slot in self._pending
+                   if any(r.link == link for r in slot.records)}
+        if not waiting:
+            callback()
+            return
+        self._settle_waiters.append((waiting, callback))
+
     def mark(self) -> dict[int, int]:
         """Per journal partition, the offset below which every entry `forward` was handed is
         durable on its links (see the module docstring)."""
@@ -277,7 +314,7 @@ class DeliveryCore:
 
     def _queue(self, items: list[LinkItem], targets: _Targets) -> None:
         """Append `items` at once if fewer than APPENDS_IN_FLIGHT appends are unsettled, else
-        gather them for the next one."""
+        gather them for one append at the end of the turn."""
         if not items:
             return
         gathered = self._gathered
@@ -285,10 +322,17 @@ class DeliveryCore:
         self._gathered_targets += targets
         if len(self._pending) < APPENDS_IN_FLIGHT or len(gathered) >= GATHER_LIMIT:
             self._append_gathered()
-        else:
-            now = self._clock()
-            for item in items:  # waiting to be appended: no heartbeat meanwhile
-                self._active[item.link] = now
+            return
+        now = self._clock()
+        for item in items:  # waiting to be appended: no heartbeat meanwhile
+            self._active[item.link] = now
+        if not self._flush_due:
+            self._flush_due = True
+            self._defer(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_due = False
+        self._append_gathered()
 
     def _append_gathered(self) -> None:
         if self._gathered:
@@ -298,9 +342,10 @@ class DeliveryCore:
 
     def _append(self, items: list[LinkItem], targets: _Targets, *,
                 repair: RepairReset | None = None, then: Callable[[_Pending], None] | None = None,
-                batch: int | None = None) -> _Pending | None:
-        """Assign seqs to `items` and queue them, after whatever was gathered; the slot, or
-        None if nothing was appended (no items, or the link log refused the batch)."""
+                batch: int | None = None, durable_first: bool = False) -> _Pending | None:
+        """Assign seqs to `items`, queue them and send them (`durable_first`: once settled),
+        after whatever was gathered; the slot, or None if nothing was appended (no items, or
+        the link log refused the batch)."""
         if not items:
             return None
         if self._gathered:
@@ -308,7 +353,8 @@ class DeliveryCore:
         now = self._clock()
         for item in items:
             self._active[item.link] = now
-        slot = _Pending(items, targets, repair=repair, then=then, batch=batch)
+        slot = _Pending(items, targets, repair=repair, then=then, batch=batch,
+                        durable_first=durable_first)
         self._pending.append(slot)
         defer = self._defer
 
@@ -322,43 +368,71 @@ class DeliveryCore:
             log.error("link log append refused; deliveries dropped (the link resets)",
                       items=len(items), error=str(exc))
             return None
+        self._unsent.append(slot)
+        self._pump()
         return slot
+
+    def _pump(self) -> None:
+        """Send what may go, in assignment order: everything up to the first catch-up append
+        still settling."""
+        unsent = self._unsent
+        while unsent and (not unsent[0].durable_first or unsent[0].outcomes is not None):
+            slot = unsent.popleft()
+            try:
+                self._send(slot)
+            except Exception:  # one bad batch must not stall every later one
+                log.exception("sequenced fan-out failed for a batch", items=len(slot.items))
 
     def _settled(self, slot: _Pending, outcomes: list[LinkRecord | JournalUnavailable]) -> None:
         slot.outcomes = outcomes
-        while self._pending and self._pending[0].outcomes is not None:
-            done = self._pending.popleft()
+        self._pending.remove(slot)
+        if self._unsent:
+            self._pump()
+        if self._settle_waiters:
+            self._wake_settled(id(slot))
+        durable = [o for o in outcomes if isinstance(o, LinkRecord)]
+        if len(durable) < len(outcomes):
+            failed = next(o for o in outcomes if isinstance(o, JournalUnavailable))
+            log.warning("link records sent but not durable; their links begin a new epoch",
+                        records=len(outcomes) - len(durable), error=str(failed))
+        if durable:
+            self._emit(Durable(durable))
+        if slot.then is not None:
             try:
-                self._send(done)
-            except Exception:  # one bad batch must not stall every later one
-                log.exception("sequenced fan-out failed for a batch", items=len(done.items))
-            if done.then is not None:
-                try:
-                    done.then(done)
-                except Exception:
-                    log.exception("after-send hook failed for a batch")
-        if self._gathered and len(self._pending) < APPENDS_IN_FLIGHT:
-            self._append_gathered()
+                slot.then(slot)
+            except Exception:
+                log.exception("after-settle hook failed for a batch")
+
+    def _wake_settled(self, slot: int) -> None:
+        due: list[Callable[[], None]] = []
+        for waiting, callback in self._settle_waiters:
+            waiting.discard(slot)
+            if not waiting:
+                due.append(callback)
+        self._settle_waiters = [w for w in self._settle_waiters if w[0]]
+        for callback in due:
+            try:
+                callback()
+            except Exception:
+                log.exception("a when_settled callback failed")
 
     def _send(self, slot: _Pending) -> None:
-        """Emit what became durable, in link order; a failed record is not sent (its link
-        begins a new epoch with its next append)."""
-        assert slot.outcomes is not None
+        """Emit the records of an append, in link order, as it was made (a catch-up's: those
+        that became durable; a failed one's link begins a new epoch with its next append)."""
         out: list[Outgoing] = []
+        outcomes = slot.outcomes if slot.durable_first else None
         packed: dict[str, int] = {}
         live = self._live_batch
         items, targets, batch = slot.items, slot.targets, slot.batch
         j = 0
-        for outcome, record in zip(slot.outcomes, slot.records, strict=True):
+        for i, record in enumerate(slot.records):
             kind = record.kind
             # a reset the link log put before an item of ours (a new or broken link)
             inserted = kind is _RESET and items[j].kind is not _RESET
             who, entry = targets[j]
             if not inserted:
                 j += 1
-            if isinstance(outcome, JournalUnavailable):
-                log.warning("link record not durable; not sent", link=record.link,
-                            link_seq=record.link_seq, error=str(outcome))
+            if outcomes is not None and isinstance(outcomes[i], JournalUnavailable):
                 continue
             link = record.link
             if batch:
@@ -461,7 +535,7 @@ class DeliveryCore:
             items.insert(0, LinkItem.reset(link))
             targets.insert(0, (job.who, None))
         slot = self._append(items, targets, repair=run.reset if first else None,
-                            batch=job.batch,
+                            batch=job.batch, durable_first=True,
                             then=functools.partial(self._repair_sent, run, last))
         if slot is None:
             if not first:
@@ -475,7 +549,7 @@ class DeliveryCore:
         return True
 
     def _repair_sent(self, run: _RepairRun, last: bool, slot: _Pending) -> None:
-        """A batch of a repair was sent; after its last one, the answer."""
+        """A batch of a repair settled; after its last one, the answer."""
         assert slot.outcomes is not None
         for outcome in slot.outcomes:
             if isinstance(outcome, JournalUnavailable) and run.failed is None:

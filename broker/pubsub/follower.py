@@ -1,9 +1,12 @@
 """Read the journal back as it grows, for live forwarding.
 
 A thread polls a `kafka_io.Tail` over every journal partition and hands each batch of decoded
-DATA entries to `deliver` (the adapter hops onto its event loop there). Forwarding from what the
-journal returns, rather than from the message in hand, means a subscriber only ever sees what
-Kafka made durable, in Kafka's order (per source: seq order, since a source has one partition).
+DATA entries to `deliver`, with how far it read each partition (the adapter hops onto its event
+loop there). What the journal returns is durable, in Kafka's order (per source: seq order, since
+a source has one partition). The broker forwards its own publications on acknowledgement, from
+memory (broker/delivery/cursor.py); what the follower reads is how the fan-out learns of
+everything else in the journal (other writers, GAP records) and of what the broker wrote before
+it started, and `reached` lets the cursor pass records that forward nothing.
 
 `when_read` is read-your-writes for requests that look at what forwarding built (a snapshot
 reads the data item state, which `deliver` advances): it calls back once everything the journal
@@ -37,10 +40,12 @@ log = structlog.get_logger(__name__)
 
 class JournalFollower:
     def __init__(self, config: KafkaConfig, codec: Codec,
-                 deliver: Callable[[list[JournalEntry]], None], *,
+                 deliver: Callable[[list[JournalEntry], dict[int, int]], None], *,
                  start: dict[int, int] | None = None,
                  recent: RecentJournal | None = None) -> None:
-        """`start`: the offset to begin at per journal partition (others: the end).
+        """`deliver(entries, reached)`: the DATA entries read, and per partition read from
+        the first offset not yet read. `start`: the offset to begin at per journal partition
+        (others: the end).
         `recent`: where to keep what was read, for gap fills and repairs (broker/recent.py)."""
         self._recent = recent
         self._tail = Tail(config, config.topic("journal"), start)
@@ -105,9 +110,9 @@ class JournalFollower:
                     recent.add(part, offset, entry)
                 if entry.kind is RecordKind.DATA:
                     batch.append(entry)
-            if batch:
+            if batch or reached:
                 try:
-                    self._deliver(batch)
+                    self._deliver(batch, reached)
                 except RuntimeError:  # the event loop is gone: we are shutting down
                     return
             if reached:

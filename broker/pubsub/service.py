@@ -45,7 +45,7 @@ import structlog
 from broker import selectors
 from broker.core import BrokerCore
 from broker.expiry import expired
-from broker.names import SERVICE, WELL_KNOWN_TOPICS, validate_topic
+from broker.names import NOTIFY_TOPIC, SERVICE, WELL_KNOWN_TOPICS, validate_topic
 from broker.pubsub import wkt
 from broker.pubsub.ingest import ingest
 from broker.pubsub.wkt import SUBSCRIPTIONS_TOPIC
@@ -246,7 +246,7 @@ class PubsubService:
         caller queues the snapshot and activates in one event-loop step, robust-binding §9)."""
         self._check(originator, "pubsub:subscribe", topic)
         described = self._existing(topic)
-        if topic == SUBSCRIPTIONS_TOPIC and subscriber != originator:
+        if topic in (SUBSCRIPTIONS_TOPIC, NOTIFY_TOPIC) and subscriber != originator:
             # §6.3.1: each endpoint reads its own subscriptions, nobody another's
             raise AccessDenied(f"{originator} may not read the subscriptions of {subscriber}")
         if duration_s <= 0:
@@ -457,12 +457,14 @@ class PubsubService:
         `live`: the live fan-out asks, where an expiration of `0` still goes), not if its
         permission token (XEP-0040 §5.1) is not granted to the subscriber or is denied
         (broker/entitlements.py), and on WKT=Subscriptions only if it describes one of the
-        subscriber's own subscriptions (content-based §6.3.1)."""
+        subscriber's own subscriptions (content-based §6.3.1); on WKT=Notify only if it is
+        addressed to the subscriber (docs/event-binding.md §5)."""
         exp = entry.expiration_date
         if exp is not None and expired(exp, self._clock(), live=live):
             return False
-        if entry.topic == SUBSCRIPTIONS_TOPIC and not wkt.is_own(entry, subscriber):
-            return False
+        if entry.topic in (SUBSCRIPTIONS_TOPIC, NOTIFY_TOPIC) and not wkt.is_own(entry,
+                                                                                subscriber):
+            return False  # a Notify is its subscriber's alone, too (event-binding.md §5)
         token = entry.permission_token
         return token is None or self.access.token_allowed(subscriber, token, entry.topic)
 

@@ -47,11 +47,14 @@ __all__ = [
     "PS_NAMESPACE",
     "SUBSCRIPTIONS_TOPIC",
     "TOPICS_TOPIC",
+    "WATCH_MARK",
     "Revisions",
     "is_own",
     "subscription_message",
     "subscription_message_id",
     "topic_message",
+    "watch_message",
+    "watch_message_id",
 ]
 
 TOPICS_TOPIC = "WKT=Topics"
@@ -189,3 +192,43 @@ def subscription_message(sub: Subscription, *, service: str, revision: int, now_
 def is_own(entry: JournalEntry, subscriber: str) -> bool:
     """Is `entry` (on WKT=Subscriptions) about one of `subscriber`'s subscriptions?"""
     return entry.fields.get("subscriber") == [subscriber]
+
+
+def watch_message_id(subscriber: str, resource: str, watch_id: str) -> str:
+    return f"{subscriber}{WATCH_MARK}{resource}/{watch_id}"
+
+
+WATCH_MARK = "/watch/"
+
+
+def watch_message(*, subscriber: str, resource: str, watch_id: str, events: str,
+                  expires: int, state: str, reason: str | None, created_at: int, link: str,
+                  expires_at: int | None, service: str, revision: int, now_ms: int,
+                  content_type: str) -> Publication:
+    """The `WKT=Subscriptions` message for a resource watch (docs/event-binding.md §7): its
+    state (ACTIVE, PENDING, TERMINATED with the reason) beside the topic subscriptions, with
+    the resource and events; a terminated one is a drop, as for a subscription. The message
+    is also what a restart rebuilds the watch from (its grant time is the publication date)."""
+    topic, _, _ = resource.partition("/")
+    mid = watch_message_id(subscriber, resource, watch_id)
+    body = [
+        f"<subscriber>{_esc(subscriber)}</subscriber>",
+        f"<subscription-id>{_esc(watch_id)}</subscription-id>",
+        f"<topic-name>{_esc(topic)}</topic-name>",
+        f"<resource>{_esc(resource)}</resource>",
+        f"<events>{_esc(events)}</events>",
+        f"<link>{_esc(link)}</link>",
+        f"<created-at>{created_at}</created-at>",
+        *([] if expires_at is None else [f"<expires-at>{expires_at}</expires-at>"]),
+        f"<subscription-date>{_date(created_at)}</subscription-date>",
+        f"<duration>{expires}</duration>",
+        f"<current-status>{state.upper()}</current-status>",
+    ]
+    if reason is not None:
+        body.append(f"<reason>{_esc(reason)}</reason>")
+    content = _message(SUBSCRIPTIONS_TOPIC, service, mid, revision, now_ms=now_ms, body=body)
+    return Publication(
+        topic=SUBSCRIPTIONS_TOPIC, source=service, content_type=content_type, content=content,
+        publish_type=PublishType.DROP if reason is not None else PublishType.UPDATE,
+        message_id=mid, revision_id=str(revision), publication_date=now_ms,
+        expiration_date="*", fields=extract_fields(content))

@@ -383,6 +383,8 @@ class LinkLog:
             retention_ms=self.retention_ms, clock=clock)
         self._partitions = 0
         self._writer = 0
+        #: the newest writer the log held at recovery (the last generation that wrote)
+        self.last_writer = 0
         self._loaded_writer = 0  # the highest writer the checkpoints name (recovery)
         producer.add_after_poll(self._checkpoints.maybe_flush)
 
@@ -486,6 +488,20 @@ class LinkLog:
         out.append(LinkRecord(link, ordinal, epoch, ordinal, bits, 0, _RESET, None, None, None,
                               owner, self._writer, at, False))
         return _Head(ordinal, epoch, ordinal, bits, keeps)
+
+    @property
+    def writer(self) -> int:
+        """This process's writer generation (its recovery time)."""
+        return self._writer
+
+    def begin_new_epochs(self) -> int:
+        """Every known link begins a new epoch with its next append (a reset first): after a
+        start that does not follow a clean stop, records a subscriber saw may be lost, and
+        their seqs must not be handed to other messages (broker/robust/fanout.py). How many
+        links."""
+        with self._lock:
+            self._broken.update(self._heads)
+            return len(self._heads)
 
     def append_sync(self, items: Sequence[LinkItem], timeout_s: float = 60.0,
                     ) -> list[LinkRecord]:
@@ -649,6 +665,7 @@ class LinkLog:
                         self._book_record(st, record, rec.position)
                         book.changed(record.link)
                         writer = max(writer, record.writer)
+            self.last_writer = writer
             self._writer = max(self._clock(), writer + 1)
             with self._lock:
                 for link, st in self._durable.items():

@@ -128,10 +128,18 @@ def check_link_order(rig: Rig) -> None:
 
 
 def check_refillable(rig: Rig) -> None:
-    """Invariant 4: every record sent is durable in the link log as sent, and a data record
-    names the journal entry it carried."""
+    """Invariant 4 with the link log off the critical path (core.py, "Ordering"): every record
+    sent is durable in the link log as sent, still settling, or failed; after a failed one its
+    link's next append begins a new epoch, so no seq is ever sent twice; a data record names
+    the journal entry it carried."""
+    unsettled = {(r.link, r.ordinal) for a in rig.links.unsettled() for r in a.records}
+    sent: set[tuple[str, int]] = set()
     for _, record, carried in rig.wire.sent():
-        assert rig.links.durable.get((record.link, record.ordinal)) == record
+        key = (record.link, record.ordinal)
+        assert key not in sent, f"{record} sent twice"
+        sent.add(key)
+        assert key in unsettled or key in rig.links.failed \
+            or rig.links.durable.get(key) == record, f"{record} neither durable nor settling"
         if record.kind is LinkKind.DATA:
             assert carried is not None
             assert (record.position, record.source, record.source_seq) == \

@@ -3,7 +3,7 @@ the fan-out mark, failed appends, holds during repair, heartbeats, snapshots, wi
 
 from __future__ import annotations
 
-from broker.delivery import APPENDS_IN_FLIGHT, GATHER_LIMIT, RepairJob, Send
+from broker.delivery import APPENDS_IN_FLIGHT, GATHER_LIMIT, Durable, RepairJob, Send
 from broker.robust.links import LinkKind
 from common.errors import RebuildRefused
 from tests.delivery.rig import HEARTBEAT_S, Rig, check_all, repair_resets
@@ -27,15 +27,17 @@ class TestCoalescing:
         assert [len(a.records) for a in rig.links.appends] == [2]
 
     def test_what_comes_while_an_append_is_unsettled_is_gathered_in_order(self) -> None:
-        """Entries forwarded while APPENDS_IN_FLIGHT appends are unsettled go as one append
-        once the oldest settles, and every link carries each once, in order."""
+        """Entries forwarded in one turn while APPENDS_IN_FLIGHT appends are unsettled go as
+        one append at the end of the turn, settled or not, and every link carries each once,
+        in order."""
         rig = _rig()
         entries = [rig.publish(T, "pub") for _ in range(20)]
         for e in entries:
             rig.core.forward([e])
         assert len(rig.links.appends) == APPENDS_IN_FLIGHT
-        rig.settle_all()
+        rig.deferred.run_all()  # the end of the turn: nothing has settled
         assert [len(a.records) for a in rig.links.appends] == [2, 2 * 19]
+        assert len(rig.links.unsettled()) == 2
         for link in ("fred-l", "barney-l"):
             assert [(seq, s) for _, seq, _, s in rig.data_on(link)] == \
                 [(k + 1, k + 1) for k in range(20)]
@@ -50,15 +52,21 @@ class TestCoalescing:
             rig.core.forward([rig.publish(T, "pub")])
         assert [len(a.records) for a in rig.links.appends] == [1, GATHER_LIMIT]
 
-    def test_appends_settling_out_of_order_are_sent_in_assignment_order(self) -> None:
-        """A later append that settles first waits for the earlier one: seqs leave in order."""
+    def test_records_are_sent_at_once_in_assignment_order(self) -> None:
+        """The link log is off the critical path: an append's records are sent as soon as
+        they are assigned, in order, before Kafka holds them; `Durable` follows each settling,
+        whichever settles first."""
         rig = _rig()
         rig.core.forward([rig.publish(T, "pub")])
-        rig.core.queue_snapshot(FRED, "fred-l", [rig.journal[0]])  # a second append
+        rig.core.forward([rig.publish(T, "pub")])
+        rig.deferred.run_all()  # the end of the turn: a second append
+        assert [seq for _, seq, _, _ in rig.data_on("fred-l")] == [1, 2]
+        assert not [a for a in rig.wire.actions if isinstance(a, Durable)]
         first, second = rig.links.unsettled()
         rig.links.settle(second)
         rig.deferred.run_all()
-        assert not [a for a in rig.wire.actions[2:] if isinstance(a, Send)]
+        assert [[r.link_seq for r in a.records] for a in rig.wire.actions
+                if isinstance(a, Durable)] == [[2, 2]]
         rig.links.settle(first)
         rig.deferred.run_all()
         assert [seq for _, seq, _, _ in rig.data_on("fred-l")] == [1, 2]
@@ -91,20 +99,22 @@ class TestMark:
 
 
 class TestFailedAppends:
-    def test_a_failed_record_is_not_sent_and_the_link_begins_a_new_epoch(self) -> None:
-        """A record that did not become durable is never sent; the link's next append starts
-        with a reset (a new epoch), which is what tells the subscriber."""
+    def test_after_a_failed_record_the_link_begins_a_new_epoch(self) -> None:
+        """A record sent but never durable: the link's next append starts with a reset (a new
+        epoch), which is what tells the subscriber, and its (epoch, seq) is never given to
+        another message; the mark passes it (its entry is on the link, under the reset)."""
         rig = _rig()
-        rig.core.forward([rig.publish(T, "pub")])
+        first = rig.publish(T, "pub")
+        rig.core.forward([first])
         append = rig.links.unsettled()[0]
         fred_index = next(i for i, r in enumerate(append.records) if r.link == "fred-l")
         rig.links.settle(append, frozenset({fred_index}))
         rig.deferred.run_all()
-        assert rig.data_on("fred-l") == []
+        assert [(e, seq) for e, seq, _, _ in rig.data_on("fred-l")] == [(0, 1)]
         rig.core.forward([rig.publish(T, "pub")])
         rig.settle_all()
         kinds = [(r.kind, r.epoch, r.link_seq) for r in rig.wire.on("fred-l")]
-        assert kinds == [(LinkKind.RESET, 0, 0), (LinkKind.RESET, 1, 0),
+        assert kinds == [(LinkKind.RESET, 0, 0), (LinkKind.DATA, 0, 1), (LinkKind.RESET, 1, 0),
                          (LinkKind.DATA, 1, 1)]
         assert [seq for _, seq, _, _ in rig.data_on("barney-l")] == [1, 2]
         check_all(rig)
@@ -169,15 +179,22 @@ class TestRepair:
         check_all(rig)
 
     def test_the_answer_follows_the_last_catch_up_item(self) -> None:
-        """The RepairAnswer is emitted after the Send holding the catch-up's last item."""
+        """The RepairAnswer is emitted after the Send holding the catch-up's last item, once
+        the link log holds it (the answer names that item)."""
         rig = _rig()
         rig.core.forward([rig.publish(T, "pub")])
         rig.settle_all()
         rig.core.repair(RepairJob("fred-l", 3, FRED, (("pub", 0),)))
         rig.answer_reads()
+        assert rig.wire.answers() == []  # sent, not yet durable
         rig.settle_all()
-        last_send = max(i for i, a in enumerate(rig.wire.actions) if isinstance(a, Send))
-        assert rig.wire.actions.index(rig.wire.answers()[0]) == last_send + 1
+        actions = rig.wire.actions
+        [answer] = rig.wire.answers()
+        last = max(i for i, a in enumerate(actions) if isinstance(a, Send))
+        held = [i for i, a in enumerate(actions) if isinstance(a, Durable)
+                and any(r.link == "fred-l" and r.link_seq == answer.link_seq for r in a.records)]
+        assert held and last < held[-1] < actions.index(answer)
+        assert [seq for _, seq, _, _ in rig.data_on("fred-l")][-1] == answer.link_seq
 
     def test_a_refused_repair_changes_nothing_and_releases_what_it_held(self) -> None:
         """A 570 from the read answers the requester; no new epoch; held entries go on in the
@@ -331,4 +348,56 @@ class TestSelection:
         rig.settle_all()
         assert [(ep, s) for ep, _, _, s in rig.data_on("barney-l")] == \
             [(0, 1), (0, 3), (0, 5), (1, 3), (1, 5)]
+        check_all(rig)
+
+
+class TestWhenSettled:
+    def test_a_gap_fill_waits_for_what_its_link_was_sent_to_settle(self) -> None:
+        """Records are sent before the link log holds them, so a gap fill of a seq just sent
+        waits until the appends that carried the link's records so far have settled (durable
+        or failed), not for later ones, nor for other links' alone."""
+        rig = _rig()
+        rig.core.forward([rig.publish(T, "pub")])
+        called: list[str] = []
+        rig.core.when_settled("fred-l", lambda: called.append("fred"))
+        rig.core.forward([rig.publish(T, "pub")])  # gathered, then appended: a later append
+        rig.deferred.run_all()
+        first, second = rig.links.unsettled()
+        rig.links.settle(second)
+        rig.deferred.run_all()
+        assert called == []
+        rig.links.settle(first, frozenset({0}))  # a failed record counts as settled
+        rig.deferred.run_all()
+        assert called == ["fred"]
+        rig.core.when_settled("nobody-l", lambda: called.append("nobody"))
+        assert called == ["fred", "nobody"]  # nothing settling on it: at once
+
+
+class TestCatchUpDurableFirst:
+    def test_a_catch_up_is_sent_once_durable_and_live_items_wait_behind_it(self) -> None:
+        """A repair's catch-up is not live traffic: it is sent only once the link log holds
+        it, so what a crash can lose unlogged is only live data, which the fan-out mark sends
+        again (robust-binding §2.5); whatever is appended after it waits, keeping link order;
+        a catch-up record that failed is not sent."""
+        rig = _rig()
+        rig.core.forward([rig.publish(T, "pub")])
+        rig.settle_all()
+        rig.core.repair(RepairJob("fred-l", 5, FRED, (("pub", 0),)))
+        rig.answer_reads()
+        rig.deferred.run_all()  # the reset and the catch-up (pub#1) appended, not sent
+        sent = len(rig.wire.sent())
+        rig.core.forward([rig.publish(T, "pub")])
+        rig.deferred.run_all()  # appended: fred's and barney's copies wait behind them
+        assert len(rig.links.unsettled()) == 2
+        assert len(rig.wire.sent()) == sent
+        assert [r.kind for r in rig.wire.on("fred-l")] == [LinkKind.RESET, LinkKind.DATA]
+        catch_up = rig.links.unsettled()[0]
+        assert [r.link for r in catch_up.records] == ["fred-l", "fred-l"]
+        rig.links.settle(catch_up, frozenset({1}))  # the catch-up's data record failed
+        rig.deferred.run_all()
+        new = [(r.link, r.kind, r.epoch, r.link_seq) for _, r, _ in rig.wire.sent()[sent:]]
+        assert new == [("fred-l", LinkKind.RESET, 1, 0), ("fred-l", LinkKind.DATA, 1, 2),
+                       ("barney-l", LinkKind.DATA, 0, 2)]
+        rig.settle_all()
+        assert [a.error is not None for a in rig.wire.answers()] == [True]
         check_all(rig)

@@ -66,13 +66,33 @@ def test_a_body_that_is_not_an_object_is_400(body: object) -> None:
     assert caught.value.status == 400 and caught.value.field is None
 
 
-@pytest.mark.parametrize("name", ["resource", "events", "expires"])
-def test_resource_fields_are_reserved_and_501(name: str) -> None:
-    """Resource subscriptions (topic + message-id, events, Expires) fit the API, not yet the
-    broker: a clear 501 naming the field, not a 400 for an unknown one."""
+@pytest.mark.parametrize(("body", "field"), [
+    ({"topic": "q", "events": ["created"]}, "events"),
+    ({"topic": "q", "expires": 5}, "expires"),
+    ({"resource": "q/IBM", "topic": "q", "events": [1]}, "topic"),
+    ({"resource": "q/IBM", "events": [1], "selector": "x"}, "selector"),
+    ({"resource": "qIBM", "events": [1]}, "resource"),
+    ({"resource": "q/IBM"}, "events"),
+    ({"resource": "q/IBM", "events": []}, "events"),
+    ({"resource": "q/IBM", "events": ["updated"]}, "events"),
+    ({"resource": "q/IBM", "events": [True]}, "events"),
+    ({"resource": "q/IBM", "events": [1], "expires": 0}, "expires"),
+    ({"resource": "q/IBM", "events": [1], "expires": "soon"}, "expires"),
+])
+def test_resource_watch_fields_are_checked(body: dict[str, object], field: str) -> None:
+    """A resource watch takes resource, events and expires, and nothing of a topic
+    subscription; each bad field is a 400 naming it."""
     with pytest.raises(HttpError) as caught:
-        parse_subscribe({"topic": "q", name: 1})
-    assert (caught.value.status, caught.value.field) == (501, name)
+        parse_subscribe(body)
+    assert (caught.value.status, caught.value.field) == (400, field)
+
+
+def test_resource_watch_request() -> None:
+    """Event names or codes, Expires in seconds or permanent."""
+    got = parse_subscribe({"resource": "q.a/IBM/x", "events": ["Modified", 32769],
+                           "expires": "permanent"})
+    assert (got.topic, got.resource, got.events, got.expires) == (
+        "q.a", "q.a/IBM/x", {2, 32769}, 0xFFFFFFFF)
 
 
 def test_websocket_operations() -> None:
@@ -147,3 +167,14 @@ def test_replay_is_exactly_the_seqs_after_last_event_id(steps: list[int], size: 
     from_gap = [s for s in seqs if owed.gap is not None and owed.gap[0] <= s <= owed.gap[1]]
     got = from_gap + [s for s, _ in owed.items]
     assert got == [s for s in seqs if s > after]
+
+
+def test_watch_refusals_keep_their_code_field_and_min_expires() -> None:
+    """571 is a 400 naming events; 572 a 400 naming expires and saying min-expires."""
+    from common.errors import EventNotUnderstood, ExpiresTooBrief
+
+    assert http_status(EventNotUnderstood("no")).body() == {"error": "571 no",
+                                                            "field": "events"}
+    brief = http_status(ExpiresTooBrief("too short", min_expires=60))
+    assert (brief.status, brief.field) == (400, "expires")
+    assert brief.message == "572 too short (min-expires 60)"

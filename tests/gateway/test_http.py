@@ -1,5 +1,5 @@
 """The gateway's HTTP API on a real broker and Kafka over real HTTP: status codes and JSON
-errors (400, 401, 403, 404, 413, 431, 501), DELETE, the WebSocket, /topics and the console
+errors (400, 401, 403, 404, 413, 431), DELETE, the WebSocket, /topics and the console
 page; each refusal is one log line and changes nothing."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def test_refusals_are_json_with_the_status_and_field(kafka_config: KafkaConfig,
                                                        tmp_path: Path) -> None:
     """Bad JSON and bad fields 400 naming the field; an unknown topic 404 (553 on subscribe);
     a denied subscribe 403 (537); a selector the broker cannot compile 400 (567) naming it;
-    unknown routes and subscriptions 404; resource fields 501 (not offered yet). None of them
+    unknown routes and subscriptions 404; a watch of events not understood 400 (571). None of them
     leaves a subscription behind."""
     access = tmp_path / "access.xml"
     access.write_text(ACCESS)
@@ -67,8 +67,8 @@ def test_refusals_are_json_with_the_status_and_field(kafka_config: KafkaConfig,
                 async with b.http.post(url, json={"topic": "g.open",
                                                   "selector": "symbol IN ('X'"}) as r:
                     assert (await _refused(r, 400, "selector")).startswith("567 ")
-                async with b.http.post(url, json={"topic": "g.open", "resource": "m1"}) as r:
-                    await _refused(r, 501, "resource")
+                async with b.http.post(url, json={"resource": "g.open/m1", "events": [4]}) as r:
+                    assert (await _refused(r, 400, "events")).startswith("571 ")
                 async with b.http.get(f"{b.url}/nowhere") as r:
                     await _refused(r, 404)
                 async with b.http.get(f"{url}/0123/events") as r:
@@ -76,7 +76,7 @@ def test_refusals_are_json_with_the_status_and_field(kafka_config: KafkaConfig,
                 async with b.http.delete(f"{url}/0123") as r:
                     await _refused(r, 404, "id")
             refusals = [e for e in logs if e["event"] == "gateway refused"]
-            assert [e["status"] for e in refusals] == [400, 400, 404, 403, 400, 501, 404, 404, 404]
+            assert [e["status"] for e in refusals] == [400, 400, 404, 403, 400, 400, 404, 404, 404]
             assert b.gateway.feeds.feeds == {}
             assert "exc_info" not in str(logs)
     run(body())

@@ -144,11 +144,14 @@ def test_expired_messages_are_not_expected(spark: Any) -> None:
                    ("s", 5): True, ("s", 6): "edge", ("s", 7): False}
 
 
-def test_wkt_subscriptions_messages_are_expected_only_by_their_own_subscriber(spark: Any) -> None:
+@pytest.mark.parametrize("topic", ["WKT=Subscriptions", "WKT=Notify"])
+def test_wkt_subscriptions_messages_are_expected_only_by_their_own_subscriber(
+        spark: Any, topic: str) -> None:
+    """WKT=Subscriptions messages and resource Notifies go to their own subscriber only."""
     got = _wanted(spark, [
         (1, None, {"subscriber": ["a@x"]}, 0),
         (2, None, {"subscriber": ["b@x"]}, 0),
         (3, None, {}, 0),
-    ], ("a@x", "b@x"), "WKT=Subscriptions")
+    ], ("a@x", "b@x"), topic)
     assert got == {("a@x", 1): True, ("a@x", 2): False, ("a@x", 3): False,
                    ("b@x", 1): False, ("b@x", 2): True, ("b@x", 3): False}

@@ -29,7 +29,7 @@ class _Gated:
         self.log: list[str] = []
         self.entered = threading.Event()
 
-    def deliver(self, entries: list[JournalEntry]) -> None:
+    def deliver(self, entries: list[JournalEntry], reached: dict[int, int]) -> None:
         self.entered.set()
         assert self.gate.wait(30), "the test never opened the gate"
         self.log.extend(f"deliver {e.source_seq}" for e in entries)

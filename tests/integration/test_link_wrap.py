@@ -42,6 +42,9 @@ def _near_the_wrap(config: KafkaConfig, robust: RobustConfig) -> None:
                                    * min(10_000, HEARTBEATS - start), timeout_s=120)
         head = core.links.last(LINK)
         assert head is not None and head.link_seq == HEARTBEATS
+        # every record durable: a clean stop, so the broker keeps the link's epoch
+        # (robust-binding §2.5)
+        core.fanout.stopped_clean(core.links.writer)
     finally:
         core.close()
 

@@ -133,6 +133,9 @@ async def _denied_never_receives(config: KafkaConfig) -> None:
         expected = [(i + 1, f"m{k}".encode(), t) for i, (k, t) in enumerate(kept)]
         denied = await _deliveries(jade_events, len(kept))
         assert _view(denied) == expected
+        # sent before the link log holds them (robust-binding §2.5): wait until it does
+        assert app.handler.sequenced is not None
+        await asyncio.wait_for(app.handler.sequenced.sent_through("jade-tok", len(kept)), 10)
         head = app.core.links.last("jade-tok")
         assert head is not None and head.link_seq == len(kept)
 

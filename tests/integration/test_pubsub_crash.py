@@ -77,8 +77,10 @@ def test_kill_9_keeps_topics_and_subscriptions(kafka_config: KafkaConfig) -> Non
         listed = _cli(server, "topic", "list", "--as", "admin@example.com")
         assert listed.stdout.split() == ["quotes.eq"]
         # fred's subscription survived: re-attaching is enough to receive (no new subscribe)
+        # after a kill -9 fred's link begins a new epoch: its reset comes first (robust-binding
+        # §2.5), then the message
         attach_only = subprocess.Popen(
-            [*APEXPS, "listen", "--server", server, "--as", "fred@example.com", "--count", "1"],
+            [*APEXPS, "listen", "--server", server, "--as", "fred@example.com", "--count", "2"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert attach_only.stderr is not None
         assert "attached as" in attach_only.stderr.readline()
@@ -86,7 +88,8 @@ def test_kill_9_keeps_topics_and_subscriptions(kafka_config: KafkaConfig) -> Non
                    stdin="after the crash")
         assert pub.returncode == 0, pub.stderr
         out, _ = attach_only.communicate(timeout=60)
-        record = json.loads(out)
+        reset, record = (json.loads(line) for line in out.splitlines())
+        assert "<linkreset" in reset["content"]
         assert record["content"] == "after the crash"
         assert record["originator"] == "apex=pubsub/quotes.eq@example.com"
 

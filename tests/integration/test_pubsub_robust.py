@@ -16,6 +16,7 @@ from adapters.app import BrokerApp
 from adapters.client.pubsub_client import Delivered, Ended, LinkEvent, PubsubClient
 from broker.kafka_io import KafkaConfig
 from broker.robust.config import RobustConfig
+from broker.robust.fanout import FanoutMarks
 from common.errors import (
     AccessDenied,
     ApexpsError,
@@ -129,6 +130,9 @@ async def _bad_gaps(config: KafkaConfig) -> None:
         for k in range(4):
             await pub.publish("q.bad", f"b{k}".encode())
         await deliveries(fred, 4)
+        # sent before the link log holds them (robust-binding §2.5): wait until it does
+        assert app.handler.sequenced is not None
+        await asyncio.wait_for(app.handler.sequenced.sent_through("fred-bad", 4), 10)
         head = app.core.links.last("fred-bad")
         assert head is not None and head.link_seq == 4
         cases: list[tuple[int, int | None, type[ApexpsError]]] = [
@@ -239,11 +243,13 @@ async def _after_kill(config: KafkaConfig) -> None:
         refilled = await deliveries(fred, 6)
         assert _seqs(refilled) == _seqs(live)[2:8]
         assert [d.content for d in refilled] == [d.content for d in live[2:8]]
-        # sequencing continues after the last durable seq
+        # after a kill -9 the link begins a new epoch: records sent but never durable may be
+        # lost, and their seqs must not carry other messages (robust-binding §2.5)
         pub = await PubsubClient.connect("127.0.0.1", port, "pub@example.com")
         await pub.publish("q.crash", b"later")
         nxt = await deliveries(fred, 1)
-        assert nxt[0].content == b"later" and _seqs(nxt)[0][1] > 10
+        assert nxt[0].content == b"later"
+        assert nxt[0].stamp is not None and (nxt[0].stamp.epoch, nxt[0].stamp.link_seq) == (1, 1)
         for c in (pub, fred):
             await c.close()
     finally:
@@ -282,3 +288,38 @@ async def _claim_fails(config: KafkaConfig) -> None:
 
 def test_a_subscribe_whose_link_claim_fails_records_nothing(kafka_config: KafkaConfig) -> None:
     asyncio.run(_claim_fails(kafka_config))
+
+
+async def _clean_restart(config: KafkaConfig) -> None:
+    async with BrokerApp(config, robust=QUIET) as app:
+        pub = await PubsubClient.connect("127.0.0.1", app.port, "pub@example.com")
+        fred = await PubsubClient.connect("127.0.0.1", app.port, "fred@example.com")
+        await pub.create_topic("q.clean")
+        await fred.subscribe("q.clean", 600, link="fred-clean")
+        for k in range(3):
+            await pub.publish("q.clean", f"c{k}".encode())
+        await deliveries(fred, 3)
+        for c in (pub, fred):
+            await c.close()
+    # a clean stop: every link record durable, and the clean-stop record says so
+    async with BrokerApp(config, robust=QUIET) as app:
+        assert app.core.fanout.clean_writer is not None
+        pub = await PubsubClient.connect("127.0.0.1", app.port, "pub@example.com")
+        fred = await PubsubClient.connect("127.0.0.1", app.port, "fred@example.com")
+        await pub.publish("q.clean", b"later")
+        [nxt] = await deliveries(fred, 1)
+        assert nxt.content == b"later"
+        assert nxt.stamp is not None and (nxt.stamp.epoch, nxt.stamp.link_seq) == (0, 4)
+        for c in (pub, fred):
+            await c.close()
+        # the record was deleted on start: had this broker died, the next would not trust it
+        again = FanoutMarks(config, app.core._producer, app.core.codec)  # type: ignore[arg-type]
+        await asyncio.to_thread(again.load)
+        assert again.clean_writer is None
+
+
+def test_after_a_clean_stop_links_keep_their_epochs(kafka_config: KafkaConfig) -> None:
+    """A broker stopped cleanly leaves its links where they were: the next message takes the
+    next seq of the same epoch (a kill -9 begins a new one:
+    test_range_refills_exactly_after_broker_kill_9)."""
+    asyncio.run(_clean_restart(kafka_config))

@@ -61,12 +61,20 @@ async def _seen(control: PubsubClient, count: int) -> None:
             got += 1
 
 
-def _exactly_once_in_order(got: list[Message], count: int) -> None:
+def _exactly_once_in_order(got: list[Message], count: int, *, epochs: int = 1) -> None:
     assert [m.content for m in got] == [f"m{k}".encode() for k in range(count)]
     assert [m.stamp.source for m in got] == [PUB] * count
     assert [m.stamp.source_seq for m in got] == list(range(1, count + 1))
-    # the link carried nothing else (QUIET): its seqs are contiguous, whatever path each took
-    assert [m.stamp.link_seq for m in got] == list(range(1, count + 1))
+    # the link carried nothing else (QUIET): its seqs are contiguous, whatever path each took,
+    # within each epoch (a kill -9 begins a new one: robust-binding §2.5)
+    want, seq, epoch = [], 0, None
+    for m in got:
+        seq = seq + 1 if m.stamp.epoch == epoch else 1
+        epoch = m.stamp.epoch
+        want.append(seq)
+    assert [m.stamp.link_seq for m in got] == want
+    seen = len({m.stamp.epoch for m in got})
+    assert seen == 1 if epochs == 1 else seen >= epochs
 
 
 # --- (a) the connection drops mid-stream -------------------------------------------------
@@ -314,14 +322,18 @@ def test_broker_kill_9_and_restart_while_subscribed(kafka_config: KafkaConfig,
             await _publish(pub, "q.kill", 20, 30)
             await take(10, "direct", "held")
             for name, (client, robust, _) in subscribers.items():
-                _exactly_once_in_order(got[name], 30)
+                _exactly_once_in_order(got[name], 30, epochs=2)
                 assert robust.resumes >= 1 and robust.counters.lost == 0, name
                 await robust.close()
                 await client.close()
             assert subscribers["held"][1].refilled >= 10
             lines, logs = await _cli_output(cli)
-            assert [(x["linkseq"], x["sourceseq"], x["content"]) for x in lines] == [
-                (k, k, f"m{k - 1}") for k in range(1, 31)]
+            assert [(x["sourceseq"], x["content"]) for x in lines] == [
+                (k, f"m{k - 1}") for k in range(1, 31)]
+            # the restarted broker began a new epoch (robust-binding §2.5): seqs 1.. again
+            assert [x["epoch"] for x in lines[:20]] == [0] * 20
+            assert len({x["epoch"] for x in lines[20:]}) == 1 and lines[20]["epoch"] > 0
+            assert [x["linkseq"] for x in lines] == [*range(1, 21), *range(1, 11)]
             assert any(x["event"] == "robust link resuming after reconnect" for x in logs)
             await pub.close()
         finally:

@@ -61,6 +61,8 @@ PAIR_KEY = ("link", "source", "source_seq")
 
 #: The private well-known topic (content-based §6.3.1; broker/pubsub/wkt.py).
 SUBSCRIPTIONS_TOPIC = "WKT=Subscriptions"
+#: Resource Notifies: each is its subscriber's alone, too (docs/event-binding.md §5).
+NOTIFY_TOPIC = "WKT=Notify"
 
 
 def expires_ms(text: str | None) -> int | None:
@@ -121,7 +123,7 @@ def pairs(messages: DataFrame, subs: DataFrame, ents: DataFrame,
     dated = exp.isNotNull() & ~exp.isin("*", "0")
     expires = F.when(dated, F.udf(expires_ms, "bigint")(exp))
     unexpired = expires.isNull() | (at < expires)
-    own = ((F.col("m.topic") != SUBSCRIPTIONS_TOPIC)
+    own = (~F.col("m.topic").isin(SUBSCRIPTIONS_TOPIC, NOTIFY_TOPIC)
            | F.coalesce(F.col("m.fields")["subscriber"] == F.array(F.col("s.subscriber")),
                         F.lit(False)))
 
