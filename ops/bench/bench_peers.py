@@ -411,7 +411,9 @@ class _Broker:
     """One freshly started broker: `address` for the clients, `pid` for its CPU."""
 
     def __init__(self, system: str, bootstrap: str) -> None:
-        self.system = system
+        self.system, self.bootstrap = system, bootstrap
+        #: the apexps broker's topics' prefix, dropped at `stop`
+        self.namespace = f"peers{uuid.uuid4().hex[:8]}"
         #: the clients' reports, and JetStream's fresh store
         self.scratch = tempfile.TemporaryDirectory(prefix="apexps-bench-peers-")
         if system == "jetstream":
@@ -433,7 +435,7 @@ class _Broker:
         else:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "ops.bench.bench_pubsub", "--serve", "--bootstrap",
-                 bootstrap, "--namespace", f"peers{uuid.uuid4().hex[:8]}",
+                 bootstrap, "--namespace", self.namespace,
                  *(["--plain"] if system == "plain" else [])],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT, text=True)
             assert self.proc.stdout is not None
@@ -467,6 +469,24 @@ class _Broker:
             self.proc.stdin.close()  # the broker process ends when its stdin does
         self.proc.wait(timeout=120)
         self.scratch.cleanup()
+        if self.system != "jetstream":
+            _drop_namespace(self.bootstrap, self.namespace)
+
+
+def _drop_namespace(bootstrap: str, namespace: str) -> None:
+    """Delete the case's topics, without waiting: on a shared Kafka every case's namespace
+    (about 15 partitions) would otherwise stay, and a Kafka holds a file descriptor per
+    segment; the machine's cap of 20,000 ended the shared one (tests/kafka_fixture.py)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(namespace)]
+    except KafkaException:
+        return
+    if names:
+        admin.delete_topics(names, operation_timeout=0)
 
 
 def _case(system: str, workload: str, args: argparse.Namespace, bootstrap: str,
