@@ -10,9 +10,10 @@ own refusals (unknown route 404, body over the limit 413) go through the same mi
 An SSE response is a loop over one `Stream` of a feed: first what the stream is owed after its
 `Last-Event-ID` (gap fill from the broker, then the replay buffer), then live events, with a
 comment line every `heartbeat` seconds of silence. It never writes an id at or below one it
-wrote: ids are link seqs, which rise, so nothing goes out twice even where the refill and the
-buffer meet. A stream closed under it (slow reader, cancel, the `drop_streams` test hook) ends
-the response; the browser's EventSource reconnects by itself with the last id it saw.
+wrote: ids are the feed's delivery numbers, which rise, so nothing goes out twice where the
+refill and the buffer meet. A stream closed under it (slow reader, cancel, the `drop_streams`
+test hook) ends the response; the browser's EventSource reconnects by itself with the last id
+it saw.
 """
 
 from __future__ import annotations

@@ -16,12 +16,22 @@ The feed's pump takes each delivery, renders its SSE event once, keeps it in a b
 full (its client does not read) is closed rather than allowed to grow, and its browser comes
 back with `Last-Event-ID`.
 
-A stream that opens after link seq N is owed every delivery after N. The buffer holds the
-latest ones; for older ones it asks the broker for the link range (gap fill) on the feed's own
-session. Those refilled copies arrive as link traffic like any other, so the feed stands in
-front of the robust subscriber's listener and takes the refilled items of the range it asked
-for; everything else passes through. The stub never asks for a seq it has delivered, and the
-feed asks only for seqs it has, so the two never want the same item.
+Event ids. A stream's event ids are the feed's own delivery numbers, 1, 2, 3, … in the order
+the robust subscriber handed the deliveries over, not link seqs: a link's seqs start again
+in a new epoch (a reset: a failed record, or a broker killed with -9, robust-binding §2.5),
+while the robust subscriber carries its stream across the reset (source repair, duplicates
+dropped). So a browser's Last-Event-ID means the same thing before and after a broker crash, and
+the stream goes on with nothing missed and nothing twice. Each event's JSON still names its
+link seq and epoch.
+
+A stream that opens after delivery N is owed every delivery after N. The buffer holds the
+latest ones; for older ones the feed asks the broker for their link range (gap fill) on its own
+session: `_runs` remembers, for runs of deliveries whose link seqs rose by one, where they sit on
+the link (epoch, first seq), so delivery numbers translate to link ranges and back. Those
+refilled copies arrive as link traffic like any other, so the feed stands in front of the robust
+subscriber's listener and takes the refilled items of the range it asked for; everything else
+passes through. The stub never asks for a seq it has delivered, and the feed asks only for seqs
+it has, so the two never want the same item.
 """
 
 from __future__ import annotations
@@ -42,7 +52,7 @@ from adapters.client.pubsub_client import Delivered, Ended, LinkTraffic, PubsubC
 from adapters.client.robust_client import Message, RobustSubscriber
 from broker.events import State
 from broker.names import NOTIFY_TOPIC
-from common.errors import ApexpsError, ReplyCode, ServiceNotAvailable
+from common.errors import ApexpsError, LinkContextGone, ReplyCode, ServiceNotAvailable
 
 from ._api import (
     DEFAULT_REPLAY,
@@ -52,7 +62,6 @@ from ._api import (
     http_status,
     sse_end,
     sse_event,
-    sse_reset,
 )
 
 __all__ = ["CONTROL", "DEFAULT_STREAM_QUEUE", "Connector", "Feed", "Feeds", "Stream"]
@@ -66,6 +75,19 @@ DEFAULT_STREAM_QUEUE = 256
 CONTROL = -1
 #: Subscriptions the gateway holds at once (each is a BEEP session to the broker).
 DEFAULT_MAX_FEEDS = 2000
+#: Runs of link positions a feed remembers for refills (a run ends at each heartbeat or reset):
+#: older deliveries than these are answered as a refill the broker refused.
+MAX_RUNS = 4096
+
+
+@dataclass(slots=True)
+class _Run:
+    """Deliveries first_id.. (count of them) carried link seqs first_seq.. of `epoch`."""
+
+    first_id: int
+    epoch: int | None
+    first_seq: int
+    count: int
 
 #: Opens a BEEP session to the broker attached as the endpoint, for that user's credentials.
 Connector = Callable[[Endpoint, "Credentials"], Awaitable[PubsubClient]]
@@ -137,8 +159,8 @@ class Feed:
     #: without ids)
     apex_id: str | None = None
     streams: set[Stream] = field(default_factory=set)
-    #: the link range the feed is refilling now, and what came of it
-    _refill: tuple[int, int] | None = None
+    #: the link range the feed is refilling now (epoch, first, last seq), and what came of it
+    _refill: tuple[int | None, int, int] | None = None
     _refilled: list[Message] = field(default_factory=list)
     _refill_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _pump: asyncio.Task[None] | None = None
@@ -149,6 +171,10 @@ class Feed:
     refilled: int = 0
     #: a resource feed: the broker's answer to its watch (the granted Expires)
     watch: WatchReply | None = None
+    #: the number the next delivery gets (its SSE event id)
+    _next_id: int = 1
+    #: where recent deliveries sit on the link (see the module docstring)
+    _runs: deque[_Run] = field(default_factory=lambda: deque(maxlen=MAX_RUNS))
 
     @property
     def link(self) -> str:
@@ -161,7 +187,8 @@ class Feed:
         def traffic(item: LinkTraffic) -> None:
             refill = self._refill
             if (refill is not None and isinstance(item, Delivered) and item.stamp is not None
-                    and item.stamp.refill and refill[0] <= item.stamp.link_seq <= refill[1]):
+                    and item.stamp.refill and item.stamp.epoch == refill[0]
+                    and refill[1] <= item.stamp.link_seq <= refill[2]):
                 self._refilled.append(Message(item.stamp, item.content, item.content_type))
                 return
             passing(item)
@@ -194,30 +221,29 @@ class Feed:
         if self.on_end is not None:
             self.on_end(self)
 
-    def render(self, message: Message) -> bytes:
+    def render(self, message: Message, ident: int) -> bytes:
+        """Delivery number `ident` as its SSE event."""
         stamp = message.stamp
         if self.request.resource is not None:
             notify = _notify(message)
             if notify is not None:
-                return sse_event(stamp.link_seq, _notify_view(self.id, stamp.link_seq, notify),
-                                 "notify")
+                return sse_event(ident, _notify_view(self.id, stamp.link_seq, stamp.epoch,
+                                                     notify), "notify")
         try:
             content: Any = message.content.decode()
         except UnicodeDecodeError:
             content = message.content.hex()
-        return sse_event(stamp.link_seq, {
+        return sse_event(ident, {
             "subscription": self.id, "topic": message.topic, "seq": stamp.link_seq,
-            "source": stamp.source, "source_seq": stamp.source_seq,
+            "epoch": stamp.epoch, "source": stamp.source, "source_seq": stamp.source_seq,
             "content_type": message.content_type, "content": content,
             "time": stamp.time})
 
     async def _run(self) -> None:
         try:
             async for message in self.robust.messages():
-                seq = message.stamp.link_seq
-                if self.buffer.next_epoch(message.stamp.epoch):
-                    self._reset(message.stamp.epoch)
-                event = self.render(message)
+                seq = self._number(message.stamp.epoch, message.stamp.link_seq)
+                event = self.render(message, seq)
                 self.buffer.add(seq, event)
                 for stream in list(self.streams):
                     if not stream.offer(seq, event):
@@ -233,16 +259,32 @@ class Feed:
         for stream in self.streams:
             stream.close("feed ended")
 
-    def _reset(self, epoch: int | None) -> None:
-        """The link started a new epoch: end every stream with `sse_reset` (their ids belong
-        to the old one); browsers come back with Last-Event-ID 0, the new epoch's start."""
-        log.warning("gateway feed's link was reset; its streams start afresh",
-                    subscription=self.id, epoch=epoch, streams=len(self.streams))
-        reset = sse_reset(epoch)
-        for stream in self.streams:
-            stream.offer(CONTROL, reset)
-            stream.close("link reset")
-        self.streams.clear()
+    def _number(self, epoch: int | None, link_seq: int) -> int:
+        """The next delivery number, noting where the delivery sits on the link."""
+        ident = self._next_id
+        self._next_id += 1
+        last = self._runs[-1] if self._runs else None
+        if (last is not None and last.epoch == epoch
+                and last.first_seq + last.count == link_seq
+                and last.first_id + last.count == ident):
+            last.count += 1
+        else:
+            self._runs.append(_Run(ident, epoch, link_seq, 1))
+        return ident
+
+    def _link_ranges(self, lo: int, hi: int) -> list[tuple[int | None, int, int, int]]:
+        """Deliveries lo..hi as link ranges: (epoch, first seq, last seq, first delivery);
+        `LinkContextGone` for deliveries older than the runs remembered (the stream then ends
+        as for a refill the broker refused)."""
+        out = []
+        for run in self._runs:
+            a, b = max(lo, run.first_id), min(hi, run.first_id + run.count - 1)
+            if a <= b:
+                out.append((run.epoch, run.first_seq + a - run.first_id,
+                            run.first_seq + b - run.first_id, a))
+        if not out or out[0][3] != lo:
+            raise LinkContextGone(f"deliveries from {lo} are older than this gateway keeps")
+        return out
 
     def open_stream(self, after: int | None) -> tuple[Stream, tuple[int, int] | None]:
         """A new reader that saw everything up to `after`: the buffered deliveries after it
@@ -256,21 +298,24 @@ class Feed:
         return stream, owed.gap
 
     async def refill(self, lo: int, hi: int) -> list[tuple[int, bytes]]:
-        """Link seqs lo..hi again from the broker (gap fill), as events, in order."""
+        """Deliveries lo..hi again from the broker (gap fill of their link ranges), as events,
+        in order."""
         async with self._refill_lock:
             caps_max = max(1, (await self.client.capabilities()).max_gap)
             out: list[tuple[int, bytes]] = []
-            start = lo
-            while start <= hi:
-                end = min(hi, start + caps_max - 1)
-                self._refill, self._refilled = (start, end), []
-                try:
-                    await self.client.gap(self.link, start, end)
-                finally:
-                    got, self._refill, self._refilled = self._refilled, None, []
-                out += [(m.stamp.link_seq, self.render(m)) for m in got]
-                self.refilled += len(got)
-                start = end + 1
+            for epoch, first, last, ident in self._link_ranges(lo, hi):
+                start = first
+                while start <= last:
+                    end = min(last, start + caps_max - 1)
+                    self._refill, self._refilled = (epoch, start, end), []
+                    try:
+                        await self.client.gap(self.link, start, end, epoch)
+                    finally:
+                        got, self._refill, self._refilled = self._refilled, None, []
+                    out += [(ident + m.stamp.link_seq - first, self.render(
+                        m, ident + m.stamp.link_seq - first)) for m in got]
+                    self.refilled += len(got)
+                    start = end + 1
             out.sort(key=lambda item: item[0])
             return out
 
@@ -409,7 +454,7 @@ def _notify(message: Message) -> NotifyDoc | None:
     return doc if isinstance(doc, NotifyDoc) else None
 
 
-def _notify_view(ident: str, seq: int, doc: NotifyDoc) -> dict[str, Any]:
+def _notify_view(ident: str, seq: int, epoch: int | None, doc: NotifyDoc) -> dict[str, Any]:
     """A Notify as the SSE event's JSON (docs/event-binding.md §5)."""
     versions = []
     for v in doc.versions:
@@ -420,7 +465,7 @@ def _notify_view(ident: str, seq: int, doc: NotifyDoc) -> dict[str, Any]:
         versions.append({"source": v.source, "source_seq": v.source_seq,
                          "type": str(v.publish_type), "content_type": v.content_type,
                          "content": content})
-    return {"subscription": ident, "seq": seq, "resource": str(doc.resource),
+    return {"subscription": ident, "seq": seq, "epoch": epoch, "resource": str(doc.resource),
             "state": str(doc.state), "reason": None if doc.reason is None else str(doc.reason),
             "events": sorted(doc.events), "expires": doc.expires, "current": doc.current,
             "versions": versions}

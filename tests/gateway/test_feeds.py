@@ -13,8 +13,8 @@ from typing import Any
 from adapters.apex.robust_codec import Stamp
 from adapters.client.pubsub_client import Delivered, LinkListener, LinkTraffic
 from adapters.client.robust_client import Message
-from adapters.gateway._api import ReplayBuffer, SubscribeRequest, sse_reset
-from adapters.gateway._feeds import CONTROL, Feed
+from adapters.gateway._api import ReplayBuffer, SubscribeRequest
+from adapters.gateway._feeds import Feed
 from broker.records import PublishType
 
 LINK = "web/gw-1@example.com"
@@ -39,6 +39,11 @@ class _Client:
     listener: LinkListener | None = None
     gaps: list[tuple[int, int | None]] = field(default_factory=list)
 
+    async def events(self) -> AsyncIterator[object]:
+        """The client's events: none here (the feed watches them for the broker's end)."""
+        await asyncio.Event().wait()
+        yield None
+
     def link_listener(self, link: str) -> LinkListener | None:
         return self.listener or self.passed.append
 
@@ -48,12 +53,13 @@ class _Client:
     async def capabilities(self) -> _Caps:
         return _Caps(max_gap=3)
 
-    async def gap(self, link: str, lo: int, hi: int | None = None) -> None:
-        self.gaps.append((lo, hi))
+    async def gap(self, link: str, lo: int, hi: int | None = None,
+                  epoch: int | None = None) -> None:
+        self.gaps.append((lo, hi) if epoch == 0 else (epoch, lo, hi))
         assert self.listener is not None and hi is not None
         for seq in range(lo, hi + 1):
             self.listener(Delivered("q", "x", f"r{seq}".encode(), "text/plain",
-                                    _stamp(seq, refill=True)))
+                                    _stamp(seq, epoch or 0, refill=True)))
         # meanwhile, the stub's own refill of a later hole and a live delivery
         self.listener(Delivered("q", "x", b"stub", "text/plain", _stamp(50, refill=True)))
         self.listener(Delivered("q", "x", b"live", "text/plain", _stamp(60)))
@@ -115,14 +121,17 @@ def test_fan_out_and_a_slow_stream_is_cut_alone() -> None:
 
 
 def test_gap_fill_takes_its_refills_and_passes_the_rest() -> None:
-    """A refill of the range the feed asked for (chunked by the service's max gap, 3) comes
-    back to the feed; a refill outside it and live traffic go to the robust subscriber."""
+    """Deliveries 2..8 again: their link range (link seqs 2..8 of epoch 0), chunked by the
+    service's max gap (3), comes back to the feed under the same delivery numbers; a refill
+    outside it and live traffic go to the robust subscriber."""
     async def body() -> None:
-        feed, client, _ = _feed()
+        feed, client, robust = _feed(replay=2)
+        _send(robust, *range(1, 11))
+        await _settle(robust)
         got = await feed.refill(2, 8)
         assert [seq for seq, _ in got] == list(range(2, 9))
         assert client.gaps == [(2, 4), (5, 7), (8, 8)]
-        assert b'"content":"r5"' in got[3][1]
+        assert b'"content":"r5"' in got[3][1] and got[3][1].startswith(b"id: 5\n")
         # what came meanwhile and was not asked for went on to the robust subscriber
         assert [d.stamp.link_seq for d in client.passed] == [50, 60] * 3  # type: ignore[union-attr]
         assert feed.refilled == 7
@@ -136,25 +145,28 @@ def test_gap_fill_takes_its_refills_and_passes_the_rest() -> None:
     asyncio.run(body())
 
 
-def test_a_link_reset_ends_every_stream_with_a_reset_event() -> None:
-    """Seqs 1..3 in epoch 0, then the link is reset (epoch 1, seqs from 1 again): each open
-    stream gets the reset event (id 0, the reset's own seq) and ends; the buffer holds the new
-    epoch only, and the browser coming back with Last-Event-ID 0 gets all of it."""
+def test_a_link_reset_changes_nothing_for_the_streams() -> None:
+    """Link seqs 1..3 of epoch 0, then the link is reset (a broker killed with -9: epoch 1,
+    seqs from 1 again) and the robust subscriber goes on: the stream's ids go on 4, 5 (the
+    feed's own delivery numbers), each event names its link seq and epoch, and a stream that
+    comes back after 2, once the buffer no longer holds it, is refilled across the reset
+    from the right link ranges."""
     async def body() -> None:
-        feed, _, robust = _feed(stream_limit=16)
+        feed, client, robust = _feed(replay=2, stream_limit=16)
         old, _ = feed.open_stream(None)
         _send(robust, 1, 2, 3)
-        await _settle(robust)
         _send(robust, 1, 2, epoch=1)
         await _settle(robust)
-        items = [await old.get() for _ in range(4)]
-        assert [seq for seq, _ in items[:3]] == [1, 2, 3]  # type: ignore[index]
-        assert items[3] == (CONTROL, sse_reset(1))
-        assert await old.get() is None and old.closed == "link reset"
-        assert b"id: 0\n" in sse_reset(1)
-        assert feed.buffer.epoch == 1 and [s for s, _ in feed.buffer] == [1, 2]
-        new, gap = feed.open_stream(0)
-        assert gap is None and await _drain(new) == [1, 2]
+        items = [await old.get() for _ in range(5)]
+        assert [seq for seq, _ in items] == [1, 2, 3, 4, 5]  # type: ignore[misc]
+        assert old.closed is None and b'"seq":2,"epoch":1' in items[4][1]  # type: ignore[index]
+        new, gap = feed.open_stream(2)
+        assert gap == (3, 3) and await _drain(new) == [4, 5]
+        got = await feed.refill(*gap)
+        assert [seq for seq, _ in got] == [3] and client.gaps == [(3, 3)]
+        got = await feed.refill(2, 4)  # 2..3 of epoch 0, then 1 of epoch 1
+        assert [seq for seq, _ in got] == [2, 3, 4]
+        assert client.gaps[1:] == [(2, 3), (1, 1, 1)]
     asyncio.run(body())
 
 
