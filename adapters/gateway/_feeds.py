@@ -247,7 +247,11 @@ class Feed:
     def open_stream(self, after: int | None) -> tuple[Stream, tuple[int, int] | None]:
         """A new reader that saw everything up to `after`: the buffered deliveries after it
         are queued already, live ones follow; the range returned (if any) must be refilled
-        first (`refill`)."""
+        first (`refill`). A watch's first stream (no `after`) gets what the buffer holds: the
+        current-state Notify follows the grant at once (draft §4.2), so it is usually in before
+        the client's GET, and a watch without it would start blind; a topic stream is live."""
+        if after is None and self.request.resource is not None:
+            after = self.buffer.evicted
         owed = self.buffer.since(after)
         stream = Stream(len(owed.items) + self.stream_limit)
         for seq, event in owed.items:
