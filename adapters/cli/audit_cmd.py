@@ -138,8 +138,9 @@ def _audit(spark: Any, config: KafkaConfig, args: argparse.Namespace, bounds: tu
     from broker.spark.audit import AuditInputs, AuditOptions, audit
     from broker.spark.audit.message import who_could_see
     from broker.spark.audit.summary import summarize
+    from broker.spark.avro_decode import needs_python
     from broker.spark.journal_reader import decode_journal
-    from broker.spark.readers import decode_links, decode_registry
+    from broker.spark.readers import DECODED_SCHEMAS, decode_links, decode_registry
     from broker.spark.source import kafka_source
 
     start, end = bounds
@@ -150,8 +151,12 @@ def _audit(spark: Any, config: KafkaConfig, args: argparse.Namespace, bounds: tu
         if role not in present:
             return None, _empty(spark, role)
         raw = kafka_source(spark, config, role, **window).cache()
-        decoded = (decode_journal(raw) if role == "journal" else decode_links(raw)
-                   if role == "links" else decode_registry(raw, role))
+        # The Python fallback's pass over every row buys nothing where no record needs it:
+        # asked once of the cached rows, in SQL (broker/spark/avro_decode.py).
+        python = needs_python(raw, DECODED_SCHEMAS[role])
+        decoded = (decode_journal(raw, python_fallback=python) if role == "journal"
+                   else decode_links(raw, python_fallback=python) if role == "links"
+                   else decode_registry(raw, role, python_fallback=python))
         return raw, decoded
 
     raw_journal, journal = read("journal", start=start, end=end)

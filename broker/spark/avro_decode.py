@@ -26,6 +26,8 @@ reports damage, it does not stop at it):
   inside a CASE branch, so nulling its input is what keeps the Python side to a pass over nulls.
   That pass still costs (ops/bench/bench_spark_decode.py measures it), and it needs apexps on
   the executors: `python_fallback=False` leaves Python out and reports those rows in SQL.
+  Where no row needs the fallback the two give the same rows, so a job that reads a frame more
+  than once (a cached one) can ask first, in SQL: `needs_python(raw, names)`.
 
 One known difference: the JVM reader does not check that the body was consumed to its end, the
 Python codec refuses trailing bytes. apexps's writers never leave any.
@@ -39,7 +41,7 @@ from typing import Any
 
 from broker.codec import HEADER_LEN, MARKER, Codec, SchemaVersion, default_codec
 
-__all__ = ["BAD_MARKER", "decode_values", "record_column"]
+__all__ = ["BAD_MARKER", "decode_values", "needs_python", "record_column"]
 
 DataFrame = Any  # pyspark.sql.DataFrame; pyspark ships no type stubs mypy can use here
 Column = Any
@@ -124,6 +126,22 @@ def decode_values(raw: DataFrame, names: Sequence[str], *, value: str = "value",
             F.col(record_column(n)), F.col(f"_py.{record_column(n)}"))) for n in names},
         "decode_error": error,
     }).drop("_py")
+
+
+def needs_python(raw: DataFrame, names: Sequence[str], *, value: str = "value",
+                 codec: Codec | None = None) -> bool:
+    """Whether any row of `raw` is single-object encoded with a fingerprint no shipped version
+    of `names` has: the only rows the Python fallback decodes (one Spark job, no Python).
+    Without such a row `python_fallback=False` gives what `True` gives, without the pass."""
+    from pyspark.sql import functions as F
+
+    codec = codec or default_codec()
+    val = F.col(value)
+    header = F.substring(val, 1, HEADER_LEN)
+    fingerprints = [F.lit(MARKER + sv.fingerprint) for n in names for sv in codec.versions(n)]
+    stranger = ((F.length(val) >= HEADER_LEN) & (F.substring(val, 1, 2) == F.lit(MARKER))
+                & ~header.isin(*fingerprints))
+    return bool(raw.filter(stranger).limit(1).count() > 0)
 
 
 def _required_field(schema: Any) -> str:

@@ -27,10 +27,10 @@ from broker.spark.avro_decode import decode_values, record_column
 from broker.spark.source import Bound, kafka_source
 
 __all__ = [
-    "ITEM_TYPES", "KAFKA_COLUMNS", "LINK_COLUMNS", "REGISTRY_SCHEMAS", "decode_access",
-    "decode_acks", "decode_items", "decode_links", "decode_registry", "decode_subscriptions",
-    "decode_topics", "item_columns", "load_access", "load_acks", "load_items", "load_links",
-    "load_subscriptions", "load_topics", "registry_columns",
+    "DECODED_SCHEMAS", "ITEM_TYPES", "KAFKA_COLUMNS", "LINK_COLUMNS", "REGISTRY_SCHEMAS",
+    "decode_access", "decode_acks", "decode_items", "decode_links", "decode_registry",
+    "decode_subscriptions", "decode_topics", "item_columns", "load_access", "load_acks",
+    "load_items", "load_links", "load_subscriptions", "load_topics", "registry_columns",
 ]
 
 DataFrame = Any  # pyspark.sql.DataFrame
@@ -52,6 +52,12 @@ REGISTRY_SCHEMAS = {
     "acks": "link_ack",
 }
 
+#: Per topic role, the schema names its decode reads (avro_decode.needs_python asks about them).
+DECODED_SCHEMAS: dict[str, tuple[str, ...]] = {
+    "journal": ("journal_record",), "links": _LINK_SCHEMAS,
+    **{role: (name,) for role, name in REGISTRY_SCHEMAS.items()},
+}
+
 #: The item store's record types, as `record_type` names them.
 ITEM_TYPES = ("item_header", "item_version", "item_marker")
 
@@ -70,11 +76,12 @@ def _fields(name: str) -> list[str]:
     return [f["name"] for f in default_codec().schema(name).raw["fields"]]
 
 
-def decode_links(raw: DataFrame) -> DataFrame:
-    """Kafka rows of the links topic -> one row per link record (see the module doc)."""
+def decode_links(raw: DataFrame, *, python_fallback: bool = True) -> DataFrame:
+    """Kafka rows of the links topic -> one row per link record (see the module doc).
+    `python_fallback`: see `broker.spark.avro_decode.decode_values`."""
     from pyspark.sql import functions as F
 
-    d = decode_values(raw, _LINK_SCHEMAS)
+    d = decode_values(raw, _LINK_SCHEMAS, python_fallback=python_fallback)
     packed = (F.when(F.col("_schema") == "link_batch",
                      F.col(record_column("link_batch"))["records"])
               .when(F.col("_schema") == "link_record",
@@ -91,12 +98,12 @@ def registry_columns(role: str) -> tuple[str, ...]:
     return ("kafka_key", "deleted", *_fields(REGISTRY_SCHEMAS[role]), "decode_error")
 
 
-def decode_registry(raw: DataFrame, role: str) -> DataFrame:
+def decode_registry(raw: DataFrame, role: str, *, python_fallback: bool = True) -> DataFrame:
     """Kafka rows of a registry topic (`subscriptions`, `access`, `topics`) -> one row each."""
     from pyspark.sql import functions as F
 
     name = REGISTRY_SCHEMAS[role]
-    d = decode_values(raw, [name], tombstones=True)
+    d = decode_values(raw, [name], tombstones=True, python_fallback=python_fallback)
     rec = F.col(record_column(name))
     return d.select(*_kafka(key=True), F.col("value").isNull().alias("deleted"),
                     *[rec[c].alias(c) for c in _fields(name)], "decode_error")

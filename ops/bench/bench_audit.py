@@ -23,6 +23,7 @@ shared. Without --bootstrap (or APEXPS_BOOTSTRAP) a throwaway local Kafka is sta
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -153,6 +154,64 @@ def _audit(apexps: Callable[[list[str]], int | None], argv: list[str]) -> int | 
         return int(exc.code or 0)
 
 
+class ActionTimer:
+    """Seconds per Spark action (`--stages`): every collect/first/count/write the process runs,
+    named by the apexps line that ran it, so the stage that holds an audit's time shows."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, float]] = []
+        self._undo: list[tuple[Any, str, Any]] = []
+
+    def __enter__(self) -> ActionTimer:
+        from pyspark.sql import DataFrame, DataFrameWriter
+
+        frame: Any = DataFrame
+        try:  # pyspark 4: the classic (non-Connect) class holds the methods
+            from pyspark.sql.classic.dataframe import DataFrame as Classic
+
+            frame = Classic
+        except ImportError:
+            pass
+        for owner, names in ((frame, ("collect", "first", "count", "toLocalIterator")),
+                             (DataFrameWriter, ("parquet", "save"))):
+            for name in names:
+                self._wrap(owner, name)
+        return self
+
+    def _wrap(self, owner: Any, name: str) -> None:
+        import traceback
+
+        original = getattr(owner, name)
+        timer = self
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if getattr(timer, "_inside", False):  # first() calls collect(): time the outer
+                return original(*args, **kwargs)
+            frames = [f for f in traceback.extract_stack()[:-1]
+                      if "/pyspark/" not in f.filename and "bench_audit" not in f.filename]
+            where = (f"{Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else "?")
+            timer._inside = True  # type: ignore[attr-defined]
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                timer._inside = False  # type: ignore[attr-defined]
+                timer.rows.append((where, name, time.perf_counter() - start))
+
+        setattr(owner, name, timed)
+        self._undo.append((owner, name, original))
+
+    def __exit__(self, *exc: object) -> None:
+        for owner, name, original in reversed(self._undo):
+            setattr(owner, name, original)
+
+    def print(self) -> None:
+        total = sum(s for _, _, s in self.rows)
+        print(f"\nSpark actions of the audit ({len(self.rows)}, {total:.1f} s):")
+        for where, name, seconds in self.rows:
+            print(f"  {seconds:8.2f} s  {name:<10} {where}")
+
+
 def _drop(config: KafkaConfig) -> None:
     from confluent_kafka.admin import AdminClient
 
@@ -171,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--records", type=int, default=10_000,
                     help="journal records (the issue's figure: 1000000)")
     ap.add_argument("--keep", action="store_true", help="keep the namespace's topics")
+    ap.add_argument("--stages", action="store_true",
+                    help="print the seconds of each Spark action the audit runs")
     args = ap.parse_args(argv)
     from adapters.cli import logs
 
@@ -202,9 +263,11 @@ def main(argv: list[str] | None = None) -> int:
                              .mode("overwrite").save())
         out = Path(tempfile.mkdtemp(prefix="apexps-bench-audit-"))
         print("auditing ...", file=sys.stderr, flush=True)
-        audit_s, code = _timed(lambda: _audit(apexps, [
-            "--log-level", "warning", "audit", "--bootstrap", bootstrap,
-            "--namespace", config.namespace, "--master", "local[2]", "--out", str(out)]))
+        timer = ActionTimer()
+        with timer if args.stages else contextlib.nullcontext():
+            audit_s, code = _timed(lambda: _audit(apexps, [
+                "--log-level", "warning", "audit", "--bootstrap", bootstrap,
+                "--namespace", config.namespace, "--master", "local[2]", "--out", str(out)]))
         summary = json.loads((out / "summary.json").read_text())
         n = args.records
         print(f"\n{n:,} journal records, {rows - n:,} link-topic rows "
@@ -219,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"audit exit {code}; clean={summary.get('clean')}; counts="
               f"{ {k: v for k, v in summary.get('counts', {}).items() if v} }; report "
               f"{out / 'report.html'}")
+        if args.stages:
+            timer.print()
         spark.stop()
     finally:
         if not args.keep:

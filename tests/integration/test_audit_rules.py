@@ -71,7 +71,7 @@ def _links(spark: Any, rows: list[tuple[Any, ...]], bits: int = 32) -> Any:
 
 def _link_faults(spark: Any, rows: list[tuple[Any, ...]], bits: int = 32) -> list[Any]:
     records = links.link_records(_links(spark, rows, bits))
-    found = links.link_findings(records, links.deliveries(records)).collect()
+    found = links.link_findings(records).collect()
     return sorted((f["category"], f["source_seq"], f["link_seq"]) for f in found)
 
 

@@ -350,3 +350,33 @@ def test_a_fingerprint_the_job_lacks_decodes_through_the_python_codec(
     assert [r["_schema"] for r in fallback] == names
     assert [r["decode_error"] for r in fallback] == [None, None]
     assert _norm(fallback) == _norm(native)
+
+
+def test_the_python_fallback_is_needed_only_for_a_fingerprint_the_job_lacks(
+        spark: Any, tmp_path: Any) -> None:
+    """`needs_python` is false over records, garbage and empty values the JVM decodes or
+    names itself (then both decodes give the same rows), true once one record has a
+    fingerprint none of the names' shipped versions has."""
+    import shutil
+
+    from broker.codec import AVRO_DIR, Codec
+    from broker.spark.avro_decode import decode_values, needs_python, record_column
+
+    for path in AVRO_DIR.glob("*.avsc"):
+        if path.name != "journal_record.v1.avsc":
+            shutil.copy(path, tmp_path / path.name)
+    partial, full = Codec(tmp_path), default_codec()
+    v2 = full.encode("journal_record", {**gap_record("o@x", "t", 1, 2, "r"), "appended_at": T0})
+    v1 = full.encode("journal_record", {
+        **{k: v for k, v in gap_record("o@x", "t", 3, 4, "r").items()
+           if k not in ("publisher_seq", "permission_token", "options")},
+        "appended_at": T0, "fields": {}}, version=1)
+    known = spark.createDataFrame([(v2,), (b"garbage",), (None,)], "value binary")
+    names = ["journal_record"]
+    assert not needs_python(known, names)
+    cols = ["_schema", record_column("journal_record"), "decode_error"]
+    assert _norm(decode_values(known, names, python_fallback=False).select(*cols).collect()) \
+        == _norm(decode_values(known, names).select(*cols).collect())
+    stranger = spark.createDataFrame([(v2,), (v1,)], "value binary")
+    assert needs_python(stranger, names, codec=full) is False
+    assert needs_python(stranger, names, codec=partial) is True

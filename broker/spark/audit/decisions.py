@@ -48,7 +48,7 @@ from broker.spark.audit.findings import as_findings
 from broker.spark.audit.registry import FOREVER, Lifetime
 from common.errors import ApexpsError
 
-__all__ = ["PAIR_KEY", "carried", "judge", "pair_findings", "pairs", "selector_keys",
+__all__ = ["PAIR_KEY", "delivered", "judge", "pair_findings", "pairs", "selector_keys",
            "unpaired_deliveries"]
 
 log = structlog.get_logger(__name__)
@@ -109,7 +109,18 @@ def pairs(messages: DataFrame, subs: DataFrame, ents: DataFrame,
     topic, token, from_ms, to_ms, allowed)."""
     from pyspark.sql import functions as F
 
-    m, s, e = messages.alias("m"), subs.alias("s"), ents.alias("e")
+    # The subscriptions and the token verdicts are the registries' few rows: sent to every
+    # task, so the messages are not shuffled to meet them.
+    # Only a message with a date reaches the Python reading of it (`0` and `*` are decided
+    # here): the dated ones go through it apart, once per message, not once per pair (a Python
+    # UDF inside a condition still runs on every row).
+    exp = F.col("expiration_date")
+    dated = exp.isNotNull() & ~exp.isin("*", "0")
+    messages = (messages.filter(dated)
+                .withColumn("_expires", F.udf(expires_ms, "bigint")(exp))
+                .unionByName(messages.filter(~dated)
+                             .withColumn("_expires", F.lit(None).cast("bigint"))))
+    m, s, e = messages.alias("m"), F.broadcast(subs).alias("s"), F.broadcast(ents).alias("e")
     joined = m.join(s, F.col("m.topic") == F.col("s.topic"))
     verdict = joined.join(
         e, (F.col("e.subscriber") == F.col("s.subscriber")) & (F.col("e.topic") == F.col("m.topic"))
@@ -118,10 +129,7 @@ def pairs(messages: DataFrame, subs: DataFrame, ents: DataFrame,
         "left")
     at, start, end = F.col("m.at_ms"), F.col("s.start_ms"), F.col("s.end_ms")
     token = F.col("m.permission_token")
-    # Only rows with a date reach the Python reading of it; `0` and `*` are decided here.
-    exp = F.col("m.expiration_date")
-    dated = exp.isNotNull() & ~exp.isin("*", "0")
-    expires = F.when(dated, F.udf(expires_ms, "bigint")(exp))
+    expires = F.col("m._expires")
     unexpired = expires.isNull() | (at < expires)
     own = (~F.col("m.topic").isin(SUBSCRIPTIONS_TOPIC, NOTIFY_TOPIC)
            | F.coalesce(F.col("m.fields")["subscriber"] == F.array(F.col("s.subscriber")),
@@ -150,25 +158,26 @@ def pairs(messages: DataFrame, subs: DataFrame, ents: DataFrame,
                           & F.col("unexpired") & F.col("own"))
 
 
-def carried(live: DataFrame) -> DataFrame:
-    """(link, source, source_seq) -> the first live delivery's link_seq, epoch, rec_ms, and
-    how many times the link carried it."""
+def delivered(live: DataFrame) -> DataFrame:
+    """(link, source, source_seq) -> the first live delivery in log order (its link_seq,
+    epoch, rec_ms, journal_partition, journal_offset) and how many times the link carried it.
+    One aggregation of the deliveries, which judge and unpaired_deliveries both read."""
     from pyspark.sql import functions as F
 
-    order = F.struct("kafka_partition", "kafka_offset", "pack_index", "link_seq", "epoch",
-                     "rec_ms")
+    first = F.struct("kafka_partition", "kafka_offset", "pack_index", "link_seq", "epoch",
+                     "rec_ms", "journal_partition", "journal_offset")
     return (live.groupBy(*PAIR_KEY)
-            .agg(F.min(order).alias("_first"), F.count("*").alias("times"))
-            .select(*PAIR_KEY, F.col("_first.link_seq").alias("link_seq"),
-                    F.col("_first.epoch").alias("epoch"), F.col("_first.rec_ms").alias("rec_ms"),
-                    "times"))
+            .agg(F.min(first).alias("_first"), F.count("*").alias("times"))
+            .select(*PAIR_KEY, *(F.col(f"_first.{c}").alias(c) for c in (
+                "link_seq", "epoch", "rec_ms", "journal_partition", "journal_offset")),
+                "times"))
 
 
-def judge(pair_rows: DataFrame, carried_rows: DataFrame) -> DataFrame:
+def judge(pair_rows: DataFrame, delivered_rows: DataFrame) -> DataFrame:
     """Per (link, message): the subscriptions' decisions folded (`want`: any wants it;
     `withhold`: one would, but for the token; `edge`: any is at the edge; `label`,
     `subscriber`: a wanting subscription first), joined with what the link carried
-    (`is_carried`, link_seq, rec_ms, times)."""
+    (`delivered`: `is_carried`, link_seq, epoch, rec_ms, times)."""
     from pyspark.sql import functions as F
 
     pick = F.struct(F.col("want").cast("int"), F.col("in_life").cast("int"), "label",
@@ -179,6 +188,7 @@ def judge(pair_rows: DataFrame, carried_rows: DataFrame) -> DataFrame:
         F.max(F.col("in_life") & F.col("selected") & ~F.col("allowed")).alias("withhold"),
         F.max(F.col("in_life")).alias("in_life"),
         F.max(pick).alias("_pick"))
+    carried_rows = delivered_rows.select(*PAIR_KEY, "link_seq", "epoch", "rec_ms", "times")
     return (folded.join(carried_rows, list(PAIR_KEY), "left")
             .withColumn("is_carried", F.col("times").isNotNull())
             .withColumn("label", F.col("_pick.label"))
@@ -211,26 +221,26 @@ def pair_findings(judged: DataFrame) -> DataFrame:
     return missing.unionByName(withheld).unionByName(mismatch)
 
 
-def unpaired_deliveries(live: DataFrame, messages: DataFrame, judged: DataFrame,
+def unpaired_deliveries(delivered_rows: DataFrame, messages: DataFrame, judged: DataFrame,
                         covered: DataFrame, *, whole: bool, topic: str | None = None,
                         ) -> DataFrame:
-    """`extra` findings: live deliveries no pair explains. A delivery of a journal message on
-    a link without a subscription to its topic; a delivery of a (source, source seq) the
-    journal does not hold although the window covers it (`covered`: source, first, last of
-    the window, and holes as (source, from_seq, to_seq); a seq in a hole is the source's
-    finding, not the link's). `whole`: the window is every record retained, so a delivery of
-    a source the journal never saw is extra too. `topic`: only deliveries of that topic's
-    messages are judged (a link record does not name its topic)."""
+    """`extra` findings: live deliveries (`delivered_rows`: delivered()) no pair explains. A
+    delivery of a journal message on a link without a subscription to its topic; a delivery of a
+    (source, source seq) the journal does not hold although the window covers it (`covered`:
+    source, first, last of the window, and holes as (source, from_seq, to_seq); a seq in a hole
+    is the source's finding, not the link's). `whole`: the window is every record retained, so a
+    delivery of a source the journal never saw is extra too. `topic`: only deliveries of that
+    topic's messages are judged (a link record does not name its topic)."""
     from pyspark.sql import functions as F
 
-    first = (live.groupBy(*PAIR_KEY).agg(F.min(F.struct(
-        "kafka_partition", "kafka_offset", "pack_index", "link_seq", "rec_ms",
-        "journal_partition", "journal_offset")).alias("_f"))
-        .select(*PAIR_KEY, "_f.link_seq", "_f.rec_ms", "_f.journal_partition",
-                "_f.journal_offset"))
+    first = delivered_rows.select(*PAIR_KEY, "link_seq", "rec_ms", "journal_partition",
+                                  "journal_offset")
     unjudged = first.join(judged.select(*PAIR_KEY), list(PAIR_KEY), "left_anti")
-    known = unjudged.join(messages.select("source", "source_seq", "topic"),
-                          ["source", "source_seq"])
+    # One lookup of the journal serves both kinds (the held, and the never journaled).
+    looked = unjudged.join(messages.select("source", "source_seq", "topic",
+                                           F.lit(True).alias("_held")),
+                           ["source", "source_seq"], "left")
+    known = looked.filter(F.col("_held").isNotNull())
     if topic is not None:
         known = known.filter(F.col("topic") == topic)
     no_sub = as_findings(
@@ -239,8 +249,7 @@ def unpaired_deliveries(live: DataFrame, messages: DataFrame, judged: DataFrame,
         journal_offset="journal_offset", at_ms="rec_ms", detail=F.format_string(
             "carried, but no subscription to %s travels on link %s", "topic", "link"))
 
-    unknown = unjudged.join(messages.select("source", "source_seq"), ["source", "source_seq"],
-                            "left_anti")
+    unknown = looked.filter(F.col("_held").isNull()).drop("topic", "_held")
     bounds = covered.select("source", "first", "last")
     holes = covered.select("source", F.explode_outer("holes").alias("h"))
     inside = unknown.join(bounds, "source", "left").filter(

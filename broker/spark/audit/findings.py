@@ -32,12 +32,13 @@ FINDING_COLUMNS = (
 )
 
 
-def as_findings(df: DataFrame, category: str, **columns: Column | str) -> DataFrame:
-    """`df` as findings of `category`: each named column from a Column or a column name of
-    `df`, the others null."""
+def as_findings(df: DataFrame, category: str | Column, **columns: Column | str) -> DataFrame:
+    """`df` as findings of `category` (a category, or a Column that yields one per row: a
+    check whose rows are findings of several kinds): each named column from a Column or a
+    column name of `df`, the others null."""
     from pyspark.sql import functions as F
 
-    if category not in CATEGORIES:
+    if isinstance(category, str) and category not in CATEGORIES:
         raise ValueError(f"unknown finding category {category!r}")
     unknown = set(columns) - {n for n, _ in FINDING_COLUMNS}
     if unknown:
@@ -45,7 +46,7 @@ def as_findings(df: DataFrame, category: str, **columns: Column | str) -> DataFr
     out = []
     for name, kind in FINDING_COLUMNS:
         if name == "category":
-            value = F.lit(category)
+            value = F.lit(category) if isinstance(category, str) else category
         else:
             given = columns.get(name)
             value = F.lit(None) if given is None else (

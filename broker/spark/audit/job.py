@@ -9,6 +9,21 @@ Order of work: the journal's decode errors and per-source checks (sources.py); t
 records, deliveries and log-only faults (links.py); the registries' lifetimes and token
 verdicts (registry.py); the decision replay (decisions.py). `--topic` narrows the messages and
 the subscriptions; `--subscriber` the subscriptions and the links they travel on.
+
+Cost. Every stage reads the journal and the link log, and a decoded frame is a plan, not data:
+left as it comes, each stage's action would decode the Kafka rows again (the spark-avro CASE
+and the Python fallback's pass over every row), and carry each record's content through the
+shuffles. So each is decoded once and persisted (memory, spilling to disk): the journal
+projected to the columns the stages read, its content reduced to the digest the duplicate check
+compares (the fields a selector needs are extracted before, and only when one does).
+
+Each kept frame is partitioned, once, the way the checks over it group their rows, so that
+they sort within partitions and shuffle nothing more: the link log by link (every link check
+is a window partitioned by the link first, links.py), the journal's ranges by source (every
+source check, sources.py), the pairs and the deliveries by (link, source, source seq), the key
+judge and the extras join them on and the summary reads them by. The registries' few rows go
+to every task (broadcast). A kept frame is planned with adaptive execution off (`audit`), or
+it would no longer say how it is partitioned and every query over it would shuffle it again.
 """
 
 from __future__ import annotations
@@ -29,6 +44,11 @@ SparkSession = Any
 #: journal within milliseconds when healthy; a restarted broker re-follows from its fan-out
 #: marks, seconds later. Five seconds covers both without blurring a whole window.
 DEFAULT_EDGE_MS = 5_000
+
+#: The journal's columns the audit reads (`content` only as a digest: sources.py).
+_JOURNAL_KEEP = ("kafka_partition", "kafka_offset", "kafka_timestamp", "kind", "topic",
+                 "source", "source_seq", "publisher_seq", "gap_to", "permission_token",
+                 "expiration_date", "fields", "appended_at", "decode_error")
 
 
 @dataclass(frozen=True)
@@ -70,6 +90,25 @@ class Audit:
     #: deliveries with no pair (extra findings' rows)
     unpaired: DataFrame
     lifetimes: list[registry.Lifetime] = field(default_factory=list)
+
+
+def _journal_once(journal: DataFrame, *, with_fields: bool) -> DataFrame:
+    """The journal as every stage reads it: the columns they use, `content` replaced by its
+    digest, fields extracted where a selector needs them (a Python pass: only then), kept."""
+    from broker.spark.audit.sources import DIGEST, content_digest
+
+    if with_fields:
+        from broker.spark.fields import ensure_fields
+
+        journal = ensure_fields(journal)
+    return _keep(journal.select(*_JOURNAL_KEEP, content_digest().alias(DIGEST)))
+
+
+def _keep(df: DataFrame) -> DataFrame:
+    """`df` persisted where every later stage finds it (memory, spilling to disk)."""
+    from pyspark import StorageLevel
+
+    return df.persist(StorageLevel.MEMORY_AND_DISK)
 
 
 def _messages(journal: DataFrame) -> DataFrame:
@@ -118,22 +157,32 @@ def _access_rows(access: DataFrame) -> list[dict[str, Any]]:
     return [r.asDict() for r in rows]
 
 
+#: Off while the audit plans its kept frames (a frame is planned when it is kept): planned
+#: adaptively, a kept frame no longer says how it is partitioned, so every later window,
+#: aggregate and join over it would shuffle its rows again, although they were partitioned for
+#: it once. (Spark's canChangeCachedPlanOutputPartitioning=false does not do it in 4.0.) The
+#: queries over the kept frames are still planned adaptively.
+_KEEP_PARTITIONING = "spark.sql.adaptive.enabled"
+
+
 def audit(spark: SparkSession, inputs: AuditInputs, options: AuditOptions) -> Audit:
     """The reconciliation (see the package doc); nothing runs until a result is read."""
+    before = spark.conf.get(_KEEP_PARTITIONING, None)
+    spark.conf.set(_KEEP_PARTITIONING, "false")
+    try:
+        return _audit(spark, inputs, options)
+    finally:
+        if before is None:
+            spark.conf.unset(_KEEP_PARTITIONING)
+        else:
+            spark.conf.set(_KEEP_PARTITIONING, before)
+
+
+def _audit(spark: SparkSession, inputs: AuditInputs, options: AuditOptions) -> Audit:
     from pyspark.sql import functions as F
 
-    # Per source: with --topic, the sources that published on it, all their records (a
-    # source's seqs run across its topics, and a hole has no topic).
-    ranges = sources.covered_ranges(inputs.journal)
-    if options.topic is not None:
-        ranges = ranges.join(ranges.filter(F.col("topic") == options.topic).select("source"),
-                             "source", "left_semi")
-    ranges = ranges.cache()
-    holes = sources.source_holes(ranges, options.from_start).cache()
-    stats = sources.source_stats(ranges).cache()
-    found = [sources.source_findings(ranges, holes)]
-
-    # The registries, on the driver.
+    # The registries, on the driver (first: whether any subscription selects decides
+    # whether the journal needs its fields extracted).
     lifetimes = registry.lifetimes(_subscription_rows(inputs.subscriptions))
     if options.topic is not None:
         lifetimes = [s for s in lifetimes if s.topic == options.topic]
@@ -147,15 +196,25 @@ def audit(spark: SparkSession, inputs: AuditInputs, options: AuditOptions) -> Au
         "label string, subscriber string, topic string, link string, sel_key int, "
         "start_ms bigint, visible_ms bigint, end_ms bigint")
 
-    # Selectors read `fields`; live traffic stores them empty until issue 20, so where a
-    # record's map is empty it is extracted from the content as the broker will (fields.py).
-    # Only when some subscription has a selector: the extraction is a Python UDF.
-    if keys:
-        from broker.spark.fields import ensure_fields
+    # Each input decoded once, projected and kept (see the module doc).
+    journal = _journal_once(inputs.journal, with_fields=bool(keys))
+    # The link log partitioned by link before it is kept: every link check (links.py) and the
+    # deliveries' aggregation below then sort within partitions and shuffle nothing.
+    link_log = _keep(inputs.links.repartition("link"))
 
-        all_messages = _messages(ensure_fields(inputs.journal))
-    else:
-        all_messages = _messages(inputs.journal)
+    # Per source: with --topic, the sources that published on it, all their records (a
+    # source's seqs run across its topics, and a hole has no topic).
+    ranges = sources.covered_ranges(journal)
+    if options.topic is not None:
+        ranges = ranges.join(ranges.filter(F.col("topic") == options.topic).select("source"),
+                             "source", "left_semi")
+    # (by source, once: every per-source check is a window or an aggregate by source)
+    ranges = ranges.repartition("source").cache()
+    holes = sources.source_holes(ranges, options.from_start).cache()
+    stats = sources.source_stats(ranges).cache()
+    found = [sources.source_findings(ranges, holes)]
+
+    all_messages = _messages(journal)
     messages = (all_messages if options.topic is None
                 else all_messages.filter(F.col("topic") == options.topic)).cache()
     tokened = {(r["topic"], r["permission_token"]) for r in messages.filter(
@@ -169,29 +228,33 @@ def audit(spark: SparkSession, inputs: AuditInputs, options: AuditOptions) -> Au
         "allowed boolean")
 
     # The link log.
-    records = links.link_records(inputs.links)
+    records = links.link_records(link_log)
     if options.subscriber is not None:
         records = records.filter(F.col("link").isin(sorted({s.link for s in lifetimes})))
     records = records.cache()
-    live = links.deliveries(records)
+    # Each delivered (link, message) once, keyed as the pairs are: judge, the extras and the
+    # summary join on that key without shuffling either side again.
+    carried = decisions.delivered(links.deliveries(records)).repartition(
+        *decisions.PAIR_KEY).cache()
     # Log faults of messages the window holds (the link log is read past it), named with
     # their message's topic.
-    log_faults = links.link_findings(records, live).drop("topic").join(
+    log_faults = links.link_findings(records).drop("topic").join(
         all_messages.select("source", "source_seq", "topic"), ["source", "source_seq"])
     if options.topic is not None:
         log_faults = log_faults.filter(F.col("topic") == options.topic)
     found.append(log_faults.select(*found[0].columns))
 
     # The decisions.
-    pair_rows = decisions.pairs(messages, subs, ents, keys, options.edge_ms).cache()
-    judged = decisions.judge(pair_rows, decisions.carried(live)).cache()
+    pair_rows = decisions.pairs(messages, subs, ents, keys, options.edge_ms).repartition(
+        *decisions.PAIR_KEY).cache()
+    judged = decisions.judge(pair_rows, carried).cache()
     found.append(decisions.pair_findings(judged))
     covered = stats.join(holes.groupBy("source").agg(
         F.collect_list(F.struct("from_seq", "to_seq")).alias("holes")), "source", "left")
-    unpaired = decisions.unpaired_deliveries(live, all_messages, judged, covered,
+    unpaired = decisions.unpaired_deliveries(carried, all_messages, judged, covered,
                                              whole=options.whole, topic=options.topic).cache()
     found.append(unpaired)
-    found.append(_decode_errors({"journal": inputs.journal, "links": inputs.links,
+    found.append(_decode_errors({"journal": journal, "links": link_log,
                                  "subscriptions": inputs.subscriptions,
                                  "access": inputs.access}))
 

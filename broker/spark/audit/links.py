@@ -29,7 +29,7 @@ from typing import Any
 
 from broker.spark.audit.findings import as_findings, millis
 
-__all__ = ["deliveries", "link_findings", "link_records", "link_seq"]
+__all__ = ["deliveries", "link_findings", "link_records", "link_seq", "live_delivery"]
 
 DataFrame = Any  # pyspark.sql.DataFrame
 Column = Any
@@ -52,73 +52,92 @@ def link_seq(ordinal: Column, epoch_start: Column, bits: Column) -> Column:
 def link_records(links: DataFrame) -> DataFrame:
     """Decoded link records with `link_seq`, `rec_ms` and `copies` (how many verbatim copies
     of the record the log holds), one row per distinct record, the newer writer's where two
-    writers share an ordinal."""
+    writers share an ordinal.
+
+    Every window here and in link_findings is partitioned by the link first: a link log
+    already partitioned by `link` (the audit's job does it once) is sorted, never shuffled
+    again, by each."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     ok = links.filter(F.col("decode_error").isNull() & F.col("link").isNotNull())
-    same = ["link", "ordinal", "writer"]
-    first = Window.partitionBy(*same).orderBy(*_LOG_ORDER)
-    counted = (ok.withColumn("copies", F.count("*").over(Window.partitionBy(*same)))
-               .withColumn("_copy", F.row_number().over(first))
-               .filter(F.col("_copy") == 1))
-    newest = Window.partitionBy("link", "ordinal").orderBy(F.col("writer").desc())
-    return (counted.withColumn("_writer", F.row_number().over(newest))
-            .filter(F.col("_writer") == 1)
+    # One spec for both: the copies of a record (whole frame) and the first of them.
+    first = Window.partitionBy("link", "ordinal", "writer").orderBy(*_LOG_ORDER)
+    counted = (ok.withColumn("copies", F.count("*").over(
+        first.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)))
+        .withColumn("_copy", F.row_number().over(first))
+        .filter(F.col("_copy") == 1))
+    # (by (link, ordinal): the order above already serves it, no sort of its own)
+    newest = F.max("writer").over(Window.partitionBy("link", "ordinal"))
+    return (counted.withColumn("_writer", newest)
+            .filter(F.col("writer").eqNullSafe(F.col("_writer")))
             .drop("_copy", "_writer")
             .withColumn("link_seq", link_seq(F.col("ordinal"), F.col("epoch_start"),
                                              F.col("bits")))
             .withColumn("rec_ms", millis("recorded_at")))
 
 
-def deliveries(records: DataFrame) -> DataFrame:
-    """The records that are evidence of delivery: live DATA (see the module doc)."""
+def live_delivery() -> Column:
+    """True for a record that is evidence of delivery: live DATA (see the module doc)."""
     from pyspark.sql import functions as F
 
-    return records.filter((F.col("kind") == "DATA") & ~F.coalesce(F.col("snapshot"),
-                                                                   F.lit(False)))
+    return (F.col("kind") == "DATA") & ~F.coalesce(F.col("snapshot"), F.lit(False))
 
 
-def link_findings(records: DataFrame, live: DataFrame) -> DataFrame:
-    """`duplicate` and `reorder` findings of the log alone (`live` = deliveries(records))."""
+def deliveries(records: DataFrame) -> DataFrame:
+    """The records that are evidence of delivery: live DATA (see the module doc)."""
+    return records.filter(live_delivery())
+
+
+def link_findings(records: DataFrame) -> DataFrame:
+    """`duplicate` and `reorder` findings of the log alone, in one pass over `records`
+    (link_records): three windows, each partitioned by the link and sorted in its partition."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     common = {"link": "link", "link_seq": "link_seq", "source": "source",
               "source_seq": "source_seq", "journal_partition": "journal_partition",
               "journal_offset": "journal_offset", "at_ms": "rec_ms"}
-    verbatim = as_findings(
-        records.filter(F.col("copies") > 1), "duplicate", **common,
-        detail=F.format_string("link record (ordinal %d, writer %d) written %d times",
-                               "ordinal", "writer", "copies"))
-
-    carried = Window.partitionBy("link", "epoch", "source", "source_seq").orderBy(*_LOG_ORDER)
-    again = (live.withColumn("_n", F.row_number().over(carried))
-             .withColumn("_first", F.first("link_seq").over(carried)))
-    twice = as_findings(
-        again.filter(F.col("_n") > 1), "duplicate", **common,
-        detail=F.format_string("source seq %d carried again in epoch %d (first as link seq %d)",
-                               "source_seq", "epoch", "_first"))
-
-    in_log = Window.partitionBy("link", "epoch").orderBy(*_LOG_ORDER)
-    per_source = Window.partitionBy("link", "epoch", "source").orderBy(*_LOG_ORDER)
-    before, source_before = (w.rowsBetween(Window.unboundedPreceding, -1)
-                             for w in (in_log, per_source))
-    # The ordinal check runs over every record of the epoch, the seq check over deliveries;
-    # a record both flag is one finding.
-    ordinals = (records.withColumn("_top", F.max("ordinal").over(before))
-                .filter(F.col("ordinal") < F.col("_top"))
-                .select("link", "ordinal", F.col("_top").alias("_top_ordinal")))
-    seqs = (again.filter(F.col("_n") == 1)
-            .withColumn("_top_seq", F.max("source_seq").over(source_before)))
-    late = (seqs.join(ordinals, ["link", "ordinal"], "left")
-            .filter((F.col("source_seq") < F.col("_top_seq"))
-                    | F.col("_top_ordinal").isNotNull()))
-    reorder = as_findings(
-        late, "reorder", **common,
-        detail=F.when(F.col("source_seq") < F.col("_top_seq"), F.format_string(
+    live = live_delivery()
+    # Per message in an epoch, the deliveries so far: the n-th carriage and the first's seq.
+    carried = (Window.partitionBy("link", "epoch", "source", "source_seq").orderBy(*_LOG_ORDER)
+               .rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    flagged = (records.withColumn("_live", live)
+               .withColumn("_n", F.sum(F.col("_live").cast("int")).over(carried))
+               .withColumn("_first", F.first(F.when(F.col("_live"), F.col("link_seq")),
+                                             ignorenulls=True).over(carried)))
+    # The ordinal check runs over every record of the epoch, the seq check over each message's
+    # first delivery; a record both flag is one finding.
+    before = Window.unboundedPreceding, -1
+    in_log = Window.partitionBy("link", "epoch").orderBy(*_LOG_ORDER).rowsBetween(*before)
+    per_source = (Window.partitionBy("link", "epoch", "source").orderBy(*_LOG_ORDER)
+                  .rowsBetween(*before))
+    once = F.col("_live") & (F.col("_n") == 1)
+    flagged = (flagged.withColumn("_top", F.max("ordinal").over(in_log))
+               .withColumn("_top_seq", F.max(F.when(once, F.col("source_seq")))
+                           .over(per_source)))
+    # A record may be two findings (copied verbatim, and late): each is a row of its own.
+    # One exploded frame rather than a union of three filters, which would each run the
+    # windows again.
+    twice = F.col("_live") & (F.col("_n") > 1)
+    late = once & ((F.col("source_seq") < F.col("_top_seq")) | (F.col("ordinal") < F.col("_top")))
+    kinds = F.filter(F.array(F.when(F.col("copies") > 1, F.lit("verbatim")),
+                             F.when(twice, F.lit("twice")), F.when(late, F.lit("late"))),
+                     lambda k: k.isNotNull())
+    found = (flagged.filter((F.col("copies") > 1) | twice | late)
+             .withColumn("_kind", F.explode(kinds)))
+    kind = F.col("_kind")
+    return as_findings(
+        found, F.when(kind == "late", F.lit("reorder")).otherwise(F.lit("duplicate")), **common,
+        detail=F.when(kind == "verbatim", F.format_string(
+            "link record (ordinal %d, writer %d) written %d times", "ordinal", "writer",
+            "copies"))
+        .when(kind == "twice", F.format_string(
+            "source seq %d carried again in epoch %d (first as link seq %d)", "source_seq",
+            "epoch", "_first"))
+        .when(F.col("source_seq") < F.col("_top_seq"), F.format_string(
             "source seq %d carried after source seq %d in epoch %d", "source_seq", "_top_seq",
-            "epoch")).otherwise(F.format_string(
-                "link seq %d logged after a later one (ordinal %d after %d)", "link_seq",
-                "ordinal", "_top_ordinal")))
-    return verbatim.unionByName(twice).unionByName(reorder)
+            "epoch"))
+        .otherwise(F.format_string(
+            "link seq %d logged after a later one (ordinal %d after %d)", "link_seq",
+            "ordinal", "_top")))

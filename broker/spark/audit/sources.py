@@ -33,22 +33,37 @@ from typing import Any
 
 from broker.spark.audit.findings import as_findings, millis
 
-__all__ = ["covered_ranges", "source_findings", "source_holes", "source_stats"]
+__all__ = ["DIGEST", "content_digest", "covered_ranges", "source_findings", "source_holes",
+           "source_stats"]
 
 DataFrame = Any  # pyspark.sql.DataFrame
+Column = Any
+
+
+#: The column a journal frame may carry instead of `content`: its SHA-256 (content_digest).
+DIGEST = "digest"
+
+
+def content_digest() -> Column:
+    """A record's content as the duplicate check compares it: SHA-256, empty for none."""
+    from pyspark.sql import functions as F
+
+    return F.sha2(F.coalesce(F.col("content"), F.lit(b"")), 256)
 
 
 def covered_ranges(journal: DataFrame) -> DataFrame:
-    """Decoded journal records as (source, lo, hi, kind, ...): the seqs each one accounts for."""
+    """Decoded journal records as (source, lo, hi, kind, ...): the seqs each one accounts for.
+    `journal` holds `content` or, already digested, `digest` (content_digest)."""
     from pyspark.sql import functions as F
 
+    digest = F.col(DIGEST) if DIGEST in journal.columns else content_digest()
     return journal.filter(F.col("decode_error").isNull() & F.col("source").isNotNull()).select(
         "source", "topic", "kind", "kafka_partition", "kafka_offset", "publisher_seq",
         F.col("source_seq").alias("lo"),
         F.when(F.col("kind") == "GAP", F.greatest("gap_to", "source_seq"))
         .otherwise(F.col("source_seq")).alias("hi"),
         millis("appended_at").alias("at_ms"),
-        F.sha2(F.coalesce(F.col("content"), F.lit(b"")), 256).alias("digest"),
+        digest.alias("digest"),
     )
 
 
@@ -71,6 +86,7 @@ def source_holes(ranges: DataFrame, from_start: Sequence[int] = ()) -> DataFrame
 
 
 def _duplicates(ranges: DataFrame) -> DataFrame:
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     data = ranges.filter(F.col("kind") == "DATA")
@@ -87,11 +103,11 @@ def _duplicates(ranges: DataFrame) -> DataFrame:
                                F.array_join(F.col("offsets").cast("array<string>"), ","),
                                F.when(F.col("contents") == 1, F.lit("same content"))
                                .otherwise(F.lit("different content"))))
-    # One publication under two seqs: same publisher seq, same content.
-    firsts = (data.filter(F.col("publisher_seq").isNotNull())
-              .groupBy("source", "publisher_seq", "digest")
-              .agg(F.min("lo").alias("first_seq")))
-    again = (data.join(firsts, ["source", "publisher_seq", "digest"])
+    # One publication under two seqs: same publisher seq, same content. (A window, not a
+    # join with its own aggregate: ranges partitioned by source need no shuffle for it.)
+    same = Window.partitionBy("source", "publisher_seq", "digest")
+    again = (data.filter(F.col("publisher_seq").isNotNull())
+             .withColumn("first_seq", F.min("lo").over(same))
              .filter(F.col("lo") > F.col("first_seq")))
     by_pubseq = as_findings(
         again, "source_duplicate", source="source", source_seq="lo", topic="topic",
