@@ -100,10 +100,11 @@ async def _follow(http: aiohttp.ClientSession, url: str, client: _Client,
 
 
 async def _publish(pub: PubsubClient, targets: list[tuple[str, str | None]],
-                   stop: asyncio.Event) -> int:
+                   stop: asyncio.Event, acked: list[int]) -> int:
     """Each (topic, message-id) once a second, spread over the second; up to PUBLISHING
     publications in flight, so the rate does not hang on one Kafka acknowledgement at a time.
-    With a message-id, an update of that item that gives the publisher no implicit watch."""
+    With a message-id, an update of that item that gives the publisher no implicit watch.
+    `acked[0]` counts the publications the broker has acknowledged (held durably)."""
     loop = asyncio.get_running_loop()
     step, sent, start = 1.0 / len(targets), 0, loop.time()
     slots = asyncio.Semaphore(PUBLISHING)
@@ -117,6 +118,7 @@ async def _publish(pub: PubsubClient, targets: list[tuple[str, str | None]],
                 await pub.publish(topic, str(time.time_ns()).encode(), "text/plain",
                                   publish_type=PublishType.UPDATE, message_id=item,
                                   implicit=False)
+            acked[0] += 1
         finally:
             slots.release()
 
@@ -167,16 +169,20 @@ async def main(args: argparse.Namespace) -> None:
                          for c, r in zip(clients, readies, strict=True)]
             for ready in readies:
                 await asyncio.wait_for(ready.wait(), 300)
+            acked = [0]
             publishing = asyncio.create_task(
-                _publish(pub, [(c.topic, c.item) for c in clients], stop))
+                _publish(pub, [(c.topic, c.item) for c in clients], stop, acked))
             await asyncio.sleep(args.warmup)
             measuring.set()
             cpu0, t0 = _cpu_seconds(gateway.pid), time.monotonic()
-            broker0 = _cpu_seconds(broker.pid)
+            broker0, own0 = _cpu_seconds(broker.pid), time.process_time()
+            acked0 = acked[0]
             await asyncio.sleep(args.seconds)
             measuring.clear()
             cpu = _cpu_seconds(gateway.pid) - cpu0
             broker_cpu = _cpu_seconds(broker.pid) - broker0
+            own_cpu = time.process_time() - own0
+            published = acked[0] - acked0
             elapsed = time.monotonic() - t0
             stop.set()
             await publishing
@@ -189,6 +195,7 @@ async def main(args: argparse.Namespace) -> None:
         what = "resource watches (notify)" if args.resources else "topic subscriptions"
         print(f"clients {args.clients} {what}  idle connections {args.idle}  window"
               f" {elapsed:.1f} s")
+        print(f"published {published} ({published / elapsed:.0f}/s acknowledged by the broker)")
         print(f"received {n} ({n / elapsed:.0f}/s, {args.clients}/s asked)  out of order or"
               " repeated:"
               f" {sum(c.broken for c in clients)}")
@@ -198,6 +205,10 @@ async def main(args: argparse.Namespace) -> None:
               " per message")
         print(f"broker CPU: {broker_cpu:.2f} s = {broker_cpu / max(n, 1) * 1e6:.0f} µs per"
               f" message; load average {os.getloadavg()[0]:.1f}")
+        # this process is the publisher and every client: when it is short of CPU, so is the
+        # measurement (a slow reader looks like a slow gateway)
+        print(f"bench (publisher + clients) CPU: {own_cpu:.2f} s = {own_cpu / elapsed:.2f} of a"
+              " core")
     finally:
         for _, writer in idle:
             writer.close()
