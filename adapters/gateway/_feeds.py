@@ -194,10 +194,12 @@ class Feed:
         if self.on_end is not None:
             self.on_end(self)
 
-    def render(self, message: Message) -> bytes:
+    def render(self, message: Message, notify: NotifyDoc | None = None) -> bytes:
+        """The SSE event of a delivery; `notify`: its Notify, when the caller decoded it
+        already (decoding is most of a Notify's cost here: do it once)."""
         stamp = message.stamp
         if self.request.resource is not None:
-            notify = _notify(message)
+            notify = notify or _notify(message)
             if notify is not None:
                 return sse_event(stamp.link_seq, _notify_view(self.id, stamp.link_seq, notify),
                                  "notify")
@@ -217,14 +219,14 @@ class Feed:
                 seq = message.stamp.link_seq
                 if self.buffer.next_epoch(message.stamp.epoch):
                     self._reset(message.stamp.epoch)
-                event = self.render(message)
+                notify = _notify(message) if self.request.resource is not None else None
+                event = self.render(message, notify)
                 self.buffer.add(seq, event)
                 for stream in list(self.streams):
                     if not stream.offer(seq, event):
                         self.streams.discard(stream)
                         log.warning("gateway stream closed: slow reader", subscription=self.id,
                                     user=self.user, seq=seq)
-                notify = _notify(message) if self.request.resource is not None else None
                 if notify is not None and notify.state is State.TERMINATED:
                     self._ended_by_broker(str(notify.reason))
                     return
