@@ -221,11 +221,12 @@ class Feed:
         if self.on_end is not None:
             self.on_end(self)
 
-    def render(self, message: Message, ident: int) -> bytes:
-        """Delivery number `ident` as its SSE event."""
+    def render(self, message: Message, ident: int, notify: NotifyDoc | None = None) -> bytes:
+        """Delivery number `ident` as its SSE event; `notify`: its Notify, when the caller
+        decoded it already (decoding is most of a Notify's cost here: do it once)."""
         stamp = message.stamp
         if self.request.resource is not None:
-            notify = _notify(message)
+            notify = notify or _notify(message)
             if notify is not None:
                 return sse_event(ident, _notify_view(self.id, stamp.link_seq, stamp.epoch,
                                                      notify), "notify")
@@ -243,14 +244,14 @@ class Feed:
         try:
             async for message in self.robust.messages():
                 seq = self._number(message.stamp.epoch, message.stamp.link_seq)
-                event = self.render(message, seq)
+                notify = _notify(message) if self.request.resource is not None else None
+                event = self.render(message, seq, notify)
                 self.buffer.add(seq, event)
                 for stream in list(self.streams):
                     if not stream.offer(seq, event):
                         self.streams.discard(stream)
                         log.warning("gateway stream closed: slow reader", subscription=self.id,
                                     user=self.user, seq=seq)
-                notify = _notify(message) if self.request.resource is not None else None
                 if notify is not None and notify.state is State.TERMINATED:
                     self._ended_by_broker(str(notify.reason))
                     return
@@ -289,7 +290,11 @@ class Feed:
     def open_stream(self, after: int | None) -> tuple[Stream, tuple[int, int] | None]:
         """A new reader that saw everything up to `after`: the buffered deliveries after it
         are queued already, live ones follow; the range returned (if any) must be refilled
-        first (`refill`)."""
+        first (`refill`). A watch's first stream (no `after`) gets what the buffer holds: the
+        current-state Notify follows the grant at once (draft §4.2), so it is usually in before
+        the client's GET, and a watch without it would start blind; a topic stream is live."""
+        if after is None and self.request.resource is not None:
+            after = self.buffer.evicted
         owed = self.buffer.since(after)
         stream = Stream(len(owed.items) + self.stream_limit)
         for seq, event in owed.items:

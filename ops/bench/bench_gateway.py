@@ -2,7 +2,8 @@
 CPU per delivered message.
 
 Run: `.venv/bin/python -m ops.bench.bench_gateway --bootstrap HOST:PORT [--clients 50]
-[--seconds 20] [--idle 0]` (default bootstrap: $APEXPS_BOOTSTRAP; no Kafka is started here).
+[--seconds 20] [--idle 0] [--resources]` (default bootstrap: $APEXPS_BOOTSTRAP; no Kafka is
+started here).
 
 A broker (`apexps broker`) and a gateway (`apexps gateway`) run as processes of their own on
 that Kafka. This process plays the browsers: `--clients` SSE clients, each with one
@@ -14,6 +15,13 @@ The gateway's CPU (utime + stime from /proc) over the measured window, divided b
 the clients received, is its CPU per message (the broker's is printed beside it). Every client
 checks its ids rise (link seqs: heartbeats leave holes), so nothing arrives twice or out of
 order. The first `--warmup` seconds are not measured.
+
+`--resources` measures resource watches instead (issue 22's Performance: the event draft's
+SubscribeGateway): one topic, and client k watches the resource `TOPIC/item-k` for `modified`
+(POST /subscriptions with resource, events, expires); the publisher first publishes an image of
+every item (so each watch's current-state Notify has something, and is not measured), then
+updates each item once per second. What a client times is its `notify` events: the send time is
+the content of the Notify's newest version.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from pathlib import Path
 import aiohttp
 
 from adapters.client.pubsub_client import PubsubClient
+from broker.records import PublishType
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHING = 64
@@ -53,6 +62,8 @@ def _cpu_seconds(pid: int) -> float:
 @dataclass
 class _Client:
     topic: str
+    #: the message-id this client watches (--resources), None for a topic subscription
+    item: str | None = None
     latencies: list[float] = field(default_factory=list)
     last: int = 0
     broken: int = 0
@@ -60,7 +71,11 @@ class _Client:
 
 async def _follow(http: aiohttp.ClientSession, url: str, client: _Client,
                   measuring: asyncio.Event, ready: asyncio.Event) -> None:
-    async with http.post(f"{url}/subscriptions", json={"topic": client.topic}) as r:
+    body: dict[str, object] = {"topic": client.topic}
+    if client.item is not None:
+        body = {"resource": f"{client.topic}/{client.item}", "events": ["modified"],
+                "expires": 3600}
+    async with http.post(f"{url}/subscriptions", json=body) as r:
         sub = await r.json()
         assert r.status == 201, sub
     async with http.get(sub["events"], timeout=aiohttp.ClientTimeout(total=None)) as r:
@@ -73,33 +88,48 @@ async def _follow(http: aiohttp.ClientSession, url: str, client: _Client,
                     client.broken += 1
                 client.last = seq
             elif line.startswith("data: "):
-                sent = int(json.loads(line[6:])["content"])
+                data = json.loads(line[6:])
+                if "versions" in data:  # a Notify: the newest version is what was sent
+                    if data["current"] or not data["versions"]:
+                        continue  # the watch's current state, not a change
+                    sent = int(data["versions"][-1]["content"])
+                else:
+                    sent = int(data["content"])
                 if measuring.is_set():
                     client.latencies.append((time.time_ns() - sent) / 1e6)
 
 
-async def _publish(pub: PubsubClient, topics: list[str], stop: asyncio.Event) -> int:
-    """Each topic once a second, spread over the second; up to PUBLISHING publications in
-    flight, so the rate does not hang on one Kafka acknowledgement at a time."""
+async def _publish(pub: PubsubClient, targets: list[tuple[str, str | None]],
+                   stop: asyncio.Event, acked: list[int]) -> int:
+    """Each (topic, message-id) once a second, spread over the second; up to PUBLISHING
+    publications in flight, so the rate does not hang on one Kafka acknowledgement at a time.
+    With a message-id, an update of that item that gives the publisher no implicit watch.
+    `acked[0]` counts the publications the broker has acknowledged (held durably)."""
     loop = asyncio.get_running_loop()
-    step, sent, start = 1.0 / len(topics), 0, loop.time()
+    step, sent, start = 1.0 / len(targets), 0, loop.time()
     slots = asyncio.Semaphore(PUBLISHING)
     flying: set[asyncio.Task[None]] = set()
 
-    async def one(topic: str) -> None:
+    async def one(topic: str, item: str | None) -> None:
         try:
-            await pub.publish(topic, str(time.time_ns()).encode())
+            if item is None:
+                await pub.publish(topic, str(time.time_ns()).encode())
+            else:
+                await pub.publish(topic, str(time.time_ns()).encode(), "text/plain",
+                                  publish_type=PublishType.UPDATE, message_id=item,
+                                  implicit=False)
+            acked[0] += 1
         finally:
             slots.release()
 
     while not stop.is_set():
-        for k, topic in enumerate(topics):
-            due = start + sent // len(topics) + k * step
+        for k, (topic, item) in enumerate(targets):
+            due = start + sent // len(targets) + k * step
             delay = due - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
             await slots.acquire()
-            task = asyncio.create_task(one(topic))
+            task = asyncio.create_task(one(topic, item))
             flying.add(task)
             task.add_done_callback(flying.discard)
             sent += 1
@@ -121,10 +151,16 @@ async def main(args: argparse.Namespace) -> None:
             host, gw_port = url.removeprefix("http://").split(":")
             idle.append(await asyncio.open_connection(host, int(gw_port)))
         pub = await PubsubClient.connect("127.0.0.1", port, "bench@example.com")
-        topics = [f"bench.g{k}" for k in range(args.clients)]
-        for topic in topics:
-            await pub.create_topic(topic)
-        clients = [_Client(t) for t in topics]
+        if args.resources:
+            await pub.create_topic("bench.res")
+            clients = [_Client("bench.res", f"item-{k}") for k in range(args.clients)]
+            for c in clients:  # each item exists before it is watched
+                await pub.publish(c.topic, b"0", "text/plain", publish_type=PublishType.IMAGE,
+                                  message_id=c.item, implicit=False)
+        else:
+            clients = [_Client(f"bench.g{k}") for k in range(args.clients)]
+            for c in clients:
+                await pub.create_topic(c.topic)
         measuring, stop = asyncio.Event(), asyncio.Event()
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as http:
@@ -133,15 +169,20 @@ async def main(args: argparse.Namespace) -> None:
                          for c, r in zip(clients, readies, strict=True)]
             for ready in readies:
                 await asyncio.wait_for(ready.wait(), 300)
-            publishing = asyncio.create_task(_publish(pub, topics, stop))
+            acked = [0]
+            publishing = asyncio.create_task(
+                _publish(pub, [(c.topic, c.item) for c in clients], stop, acked))
             await asyncio.sleep(args.warmup)
             measuring.set()
             cpu0, t0 = _cpu_seconds(gateway.pid), time.monotonic()
-            broker0 = _cpu_seconds(broker.pid)
+            broker0, own0 = _cpu_seconds(broker.pid), time.process_time()
+            acked0 = acked[0]
             await asyncio.sleep(args.seconds)
             measuring.clear()
             cpu = _cpu_seconds(gateway.pid) - cpu0
             broker_cpu = _cpu_seconds(broker.pid) - broker0
+            own_cpu = time.process_time() - own0
+            published = acked[0] - acked0
             elapsed = time.monotonic() - t0
             stop.set()
             await publishing
@@ -151,7 +192,10 @@ async def main(args: argparse.Namespace) -> None:
         lat = sorted(x for c in clients for x in c.latencies)
         n = len(lat)
         q = statistics.quantiles(lat, n=100) if n >= 2 else [float("nan")] * 99
-        print(f"clients {args.clients}  idle connections {args.idle}  window {elapsed:.1f} s")
+        what = "resource watches (notify)" if args.resources else "topic subscriptions"
+        print(f"clients {args.clients} {what}  idle connections {args.idle}  window"
+              f" {elapsed:.1f} s")
+        print(f"published {published} ({published / elapsed:.0f}/s acknowledged by the broker)")
         print(f"received {n} ({n / elapsed:.0f}/s, {args.clients}/s asked)  out of order or"
               " repeated:"
               f" {sum(c.broken for c in clients)}")
@@ -161,6 +205,10 @@ async def main(args: argparse.Namespace) -> None:
               " per message")
         print(f"broker CPU: {broker_cpu:.2f} s = {broker_cpu / max(n, 1) * 1e6:.0f} µs per"
               f" message; load average {os.getloadavg()[0]:.1f}")
+        # this process is the publisher and every client: when it is short of CPU, so is the
+        # measurement (a slow reader looks like a slow gateway)
+        print(f"bench (publisher + clients) CPU: {own_cpu:.2f} s = {own_cpu / elapsed:.2f} of a"
+              " core")
     finally:
         for _, writer in idle:
             writer.close()
@@ -177,6 +225,8 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--warmup", type=float, default=5.0)
     p.add_argument("--idle", type=int, default=0)
+    p.add_argument("--resources", action="store_true",
+                   help="each client watches one resource (TOPIC/item-k, modified)")
     return p.parse_args(argv)
 
 

@@ -2,7 +2,9 @@
 page lists the topics, subscribes from its form, and shows each delivery as a row with its link
 seq; when its network is cut while messages are published, EventSource reconnects with
 Last-Event-ID and the missed rows arrive, each once; the page asks for nothing outside the
-machine. The broker and gateway run on a loop in a thread of their own (selenium blocks)."""
+machine. A resource watch from the same form shows its Notifies (seq, state, reason, events)
+the same way, and a watch that expires shows as ended. The broker and gateway run on a loop in
+a thread of their own (selenium blocks)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Any, TypeVar
 import pytest
 
 from broker.kafka_io import KafkaConfig
+from broker.records import PublishType
 from tests.apex.tcp_proxy import TcpProxy
 from tests.browser import console_errors, requests_outside
 from tests.gateway.live import Bench, bench
@@ -132,3 +135,85 @@ def test_console_subscribes_shows_rows_and_fills_in_after_a_cut(
         assert [e for e in console_errors(browser) if "/events " not in e] == []
 
 
+
+
+def _notifies(driver: Any) -> list[tuple[int, str, str, str, str]]:
+    """The Notify rows: (link seq, state, reason, events, content)."""
+    cells = driver.execute_script(
+        "return [...document.querySelectorAll('#notifies tr')].map("
+        "r => [Number(r.dataset.seq), ...[2, 3, 4, 5].map(k => r.children[k].textContent)]);")
+    return [(int(seq), state, reason, events, content)
+            for seq, state, reason, events, content in cells]
+
+
+def test_console_watches_a_resource_and_fills_in_after_a_cut(
+        kafka_config: KafkaConfig, browser: Any) -> None:
+    """Figure 6 in the page: a watch of web.watch/item (created, modified) from the form; a new
+    message-id shows as created, an update as modified; Notifies missed while the network was
+    cut arrive once after the reconnect; a watch of one second ends with a terminated row."""
+    from selenium.webdriver.common.by import By
+
+    with _stack(kafka_config) as (runner, b, proxy):
+        async def setup() -> None:
+            await b.pub.create_topic("web.watch")
+
+        async def publish(kind: PublishType, content: str) -> None:
+            await b.pub.publish("web.watch", content.encode(), "text/plain", publish_type=kind,
+                                message_id="item", implicit=False)
+
+        runner.call(setup())
+        console_errors(browser)
+        requests_outside(browser)
+        browser.get(f"http://127.0.0.1:{proxy.port}/")
+        _until(lambda: "web.watch" in browser.find_element(By.ID, "topics").text, "topics")
+        browser.find_element(By.ID, "resource").send_keys("web.watch/item")
+        browser.find_element(By.CSS_SELECTOR, "input.event[value=deleted]").click()  # off
+        browser.find_element(By.ID, "go").click()
+        state = browser.find_element(By.ID, "state")
+        _until(lambda: state.get_attribute("data-state") == "open", "the stream to open")
+        # the current state first: the resource has none yet
+        _until(lambda: len(_notifies(browser)) == 1, "the current-state Notify")
+        (first,) = _notifies(browser)
+        assert first[1:] == ("active", "", "current", "")
+        watch = browser.find_element(By.ID, "watch")
+        assert watch.get_attribute("data-state") == "active"
+
+        runner.call(publish(PublishType.IMAGE, "v1"))
+        _until(lambda: len(_notifies(browser)) == 2, "the created Notify")
+        runner.call(publish(PublishType.UPDATE, "v2"))
+        _until(lambda: len(_notifies(browser)) == 3, "the modified Notify")
+        s0 = first[0]
+        assert _notifies(browser)[1:] == [(s0 + 1, "active", "", "created", "v1"),
+                                          (s0 + 2, "active", "", "modified", "v2")]
+
+        # the network goes; two updates meanwhile; back, they arrive once each
+        proxy.refusing = True
+        runner.loop.call_soon_threadsafe(proxy.cut)
+        _until(lambda: state.get_attribute("data-state") == "connecting", "the cut to show")
+        runner.call(publish(PublishType.UPDATE, "v3"))
+        runner.call(publish(PublishType.UPDATE, "v4"))
+        feed = b.gateway.feeds.feeds[browser.find_element(By.ID, "sub").text]
+        _until(lambda: feed.buffer.last == s0 + 4, "the gateway to hold the missed Notifies")
+        assert len(_notifies(browser)) == 3
+        proxy.refusing = False
+        _until(lambda: len(_notifies(browser)) >= 5, "the missed Notifies")
+        _until(lambda: state.get_attribute("data-state") == "open", "the stream to reopen")
+        assert browser.find_element(By.ID, "reconnects").text == "1"
+        assert _notifies(browser)[3:] == [(s0 + 3, "active", "", "modified", "v3"),
+                                          (s0 + 4, "active", "", "modified", "v4")]
+
+        # a watch of one second: its current state, then it ends, and the page says so
+        expires = browser.find_element(By.ID, "expires")
+        expires.clear()
+        expires.send_keys("1")
+        browser.find_element(By.ID, "go").click()
+        _until(lambda: watch.get_attribute("data-state") == "ended", "the watch to end")
+        current, last = _notifies(browser)[5:]
+        assert current[1:] == ("active", "", "current", "v4")
+        assert last[1:3] == ("terminated", "timeout")
+        assert browser.find_element(By.CSS_SELECTOR, "#notifies tr:last-child"
+                                    ).get_attribute("class") == "notify ended"
+        _until(lambda: state.get_attribute("data-state") == "ended", "the stream's end")
+        assert watch.text == "ended: timeout"
+        assert requests_outside(browser) == []
+        assert [e for e in console_errors(browser) if "/events " not in e] == []

@@ -97,3 +97,31 @@ def test_a_resource_watch_over_the_websocket(kafka_config: KafkaConfig) -> None:
                 await ws.send_json({"op": "cancel", "id": ident})
                 assert await ws.receive_json(timeout=TIMEOUT) == {"cancelled": ident}
     run(body())
+
+
+def test_a_watch_stream_opened_late_starts_with_the_current_state(
+        kafka_config: KafkaConfig) -> None:
+    """The current-state Notify comes right after the grant, usually before the client's GET
+    (a browser's certainly): a watch's first stream, with no Last-Event-ID, still begins with
+    it, from the feed's buffer, where a topic stream starts live."""
+    async def body() -> None:
+        async with bench(kafka_config) as b:
+            await b.pub.create_topic("g.late")
+            async with b.http.post(f"{b.url}/subscriptions", json={
+                    "resource": "g.late/X", "events": ["created"], "expires": 600}) as r:
+                sub = await r.json()
+                assert r.status == 201, sub
+            feed = b.gateway.feeds.feeds[sub["id"]]
+            async with asyncio.timeout(TIMEOUT):
+                while feed.buffer.last == 0:  # the gateway holds the Notify: no event to await
+                    await asyncio.sleep(0.01)
+            reader = await b.stream(sub)
+            (current,) = await take(reader, 1)
+            assert current.event == "notify" and current.data["current"]
+            assert current.id == feed.buffer.last
+            await b.pub.publish("g.late", b"<x />", "application/xml",
+                                publish_type=PublishType.IMAGE, message_id="X", implicit=False)
+            (created,) = await take(reader, 1)
+            assert created.data["events"] == [1] and created.id == current.id + 1
+            reader.close()
+    run(body())
