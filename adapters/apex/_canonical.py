@@ -34,6 +34,20 @@ Each guard below exists for one clause of that:
   and lxml's attribute-value normalisation has nothing to change: the text is the value. The
   document must be ASCII (the C leaves any other octet to the general path).
 
+* The data's own options, if any, after the recipients: each exactly as `encode_xml` writes
+  one whose content is a single empty element (`<option internal='N' targetHop='all'
+  mustUnderstand='true' transID='7'>` around `<dataHopping noMoreThan='8' reportErrors='true'
+  />`: what a broker puts on every delivery), with attribute values of letters and digits
+  only. The general path keeps an option's content as lxml serializes it, which for such an
+  element is `<dataHopping noMoreThan="8" reportErrors="true"/>`; that is what is returned.
+* A recipient's options, if any, each in the form `encode_xml` writes an option with no
+  attribute but its name (an InRe: `<option internal='InRe'>` around `<subscription-id>1
+  </subscription-id>` elements, text of letters, digits, `.`, `_` and `-`). Their content is
+  the source from the first element to the last: lxml writes such elements back as they were,
+  and the white space between them (the tails) with each CR LF or CR read as LF, as XML reads
+  line ends. A document with any option goes this way, a few regular expressions in a loop
+  (`_rich`); the usual one without keeps the single cached match.
+
 The endpoints are parsed here (`Endpoint.parse`; one that does not parse is declined), cached
 with the text they came from. The caller passes the control document's size limit (checked
 before any regex runs over it); the other limits are `_codec`'s to check.
@@ -63,7 +77,7 @@ from common.errors import InvalidParameter
 
 from .endpoint import Endpoint
 
-__all__ = ["FAST_CONTENT_TYPE_PREFIX", "DataLayout", "match_data", "write_data"]
+__all__ = ["FAST_CONTENT_TYPE_PREFIX", "DataLayout", "OptionFields", "match_data", "write_data"]
 
 #: What the Content-Type of every entity `match_data` could accept starts with.
 FAST_CONTENT_TYPE_PREFIX = 'multipart/related; boundary="'
@@ -92,6 +106,26 @@ _PARTIES = re.compile(
     + "((?:" + _party("recipient", f"(?:'{_VALUE}'|\"{_VALUE}\")") + ")*)"
     + rf"{_WS}*</data{_WS}*>{_WS}*")
 _RECIPIENT = re.compile(rf"<recipient{_WS}+identity{_WS}*={_WS}*['\"]({_VALUE})")
+# A data's own option in `encode_xml`'s form, its content one empty element (module docstring).
+_NAME = r"[A-Za-z][A-Za-z0-9]{0,63}"
+_OPTION = re.compile(
+    rf"{_WS}*<option internal='({_NAME})' targetHop='(this|final|all)'"
+    rf" mustUnderstand='(true|false)' transID='([1-9][0-9]{{0,8}})'>"
+    rf"{_WS}*<({_NAME})((?: {_NAME}='[A-Za-z0-9]{{0,64}}')*) />{_WS}*</option>")
+_OPTION_ATTR = re.compile(rf" ({_NAME})='([A-Za-z0-9]*)'")
+#: What closes the document after the options (as `_PARTIES` ends).
+_END = re.compile(rf"{_WS}*</data{_WS}*>{_WS}*")
+_ORIGINATOR = re.compile(_party("originator", rf"(['\"])({_VALUE})\1"))
+_RECIPIENT_OPEN = re.compile(rf"{_WS}*<recipient{_WS}+identity{_WS}*={_WS}*(['\"])({_VALUE})\1"
+                             rf"{_WS}*(/?)>")
+_RECIPIENT_CLOSE = re.compile(rf"{_WS}*</recipient{_WS}*>")
+# A recipient's option (module docstring): its name only, elements of plain text inside.
+_NAMED_OPTION = re.compile(
+    rf"{_WS}*<option internal='({_NAME})'>{_WS}*"
+    rf"((?:<([A-Za-z][A-Za-z0-9-]{{0,63}})>[A-Za-z0-9._-]{{1,64}}</\3>{_WS}*)+)</option>")
+#: (name, transID, targetHop, mustUnderstand, content) of one option, as the general path
+#: would have read it
+OptionFields = tuple[str, int | None, str, bool, str]
 #: Longest rest of a document whose parties are cached (`_cached_parties`): a few dozen
 #: recipients; bounds the cache's memory whatever peers send.
 _MAX_CACHED_REST = 2048
@@ -116,6 +150,63 @@ class DataLayout(NamedTuple):
     recipients: tuple[Endpoint, ...]
     content_type: str
     content: bytes
+    #: the data's own options (none: the usual case)
+    options: tuple[OptionFields, ...] = ()
+    #: each recipient's options, in order (empty: none has any)
+    recipient_options: tuple[tuple[OptionFields, ...], ...] = ()
+
+
+def _options(text: str) -> tuple[OptionFields, ...] | None:
+    """The options `text` (the document from the first `<option` to its end) holds, then the
+    end of the document; None if it is anything else."""
+    found, at = [], 0
+    while (m := _OPTION.match(text, at)) is not None:
+        inner = "".join(f' {a}="{v}"' for a, v in _OPTION_ATTR.findall(m[6]))
+        found.append((m[1], int(m[4]), m[2], m[3] == "true", f"<{m[5]}{inner}/>"))
+        at = m.end()
+    if not found or _END.fullmatch(text, at) is None:
+        return None
+    return tuple(found)
+
+
+def _rich(rest: str) -> tuple[_Parties, tuple[tuple[OptionFields, ...], ...],
+                              tuple[OptionFields, ...]] | None:
+    """The parties, each recipient's options and the data's own, of a document with options
+    (module docstring), if it is in that form and they parse; else None."""
+    m = _ORIGINATOR.match(rest)
+    if m is None:
+        return None
+    at, identities, per_recipient = m.end(), [m[2]], []
+    while (r := _RECIPIENT_OPEN.match(rest, at)) is not None:
+        identities.append(r[2])
+        at, found = r.end(), []
+        if not r[3]:  # <recipient ...> with options inside
+            while (o := _NAMED_OPTION.match(rest, at)) is not None:
+                content = o[2].rstrip(" \t\r\n").replace("\r\n", "\n").replace("\r", "\n")
+                found.append((o[1], None, "final", False, content))
+                at = o.end()
+            close = _RECIPIENT_CLOSE.match(rest, at)
+            if not found or close is None:
+                return None
+            at = close.end()
+        per_recipient.append(tuple(found))
+    if len(identities) < 2:
+        return None
+    options: tuple[OptionFields, ...] = ()
+    if _END.fullmatch(rest, at) is None:
+        found_options = _options(rest[at:])
+        if found_options is None:
+            return None
+        options = found_options
+    try:
+        parties = (_endpoint(identities[0]), tuple(map(_endpoint, identities[1:])))
+    except InvalidParameter:
+        return None  # the general path says which endpoint
+    return parties, tuple(per_recipient) if any(per_recipient) else (), options
+
+
+#: Endpoints by their text: a document with options is not cached whole (`_rich`).
+_endpoint = functools.lru_cache(maxsize=1024)(Endpoint.parse)
 
 
 def _parties(rest: str) -> _Parties | None:
@@ -147,6 +238,13 @@ def match_data(content_type: str, body: bytes, max_xml_size: int) -> DataLayout 
     if got is None or got is True:
         return None
     content_ref, rest, media_type, content = got
+    if "<option" in rest:  # values hold no "<": this is an option element somewhere
+        rich = _rich(rest)
+        if rich is None:
+            return None
+        (originator, recipients), per_recipient, options = rich
+        return DataLayout(content_ref, originator, recipients, media_type, content, options,
+                          per_recipient)
     parties = _cached_parties(rest) if len(rest) <= _MAX_CACHED_REST else _parties(rest)
     if parties is None:
         return None

@@ -45,7 +45,7 @@ from lxml import etree
 from common.errors import ApexpsError, ParameterSyntaxError, SyntaxError_
 from common.xml_safe import UnsafeXml, checked_attributes, parse_hardened
 
-from ._canonical import FAST_CONTENT_TYPE_PREFIX, match_data, write_data
+from ._canonical import FAST_CONTENT_TYPE_PREFIX, OptionFields, match_data, write_data
 from ._multipart import (
     MULTIPART_RELATED,
     Part,
@@ -203,6 +203,7 @@ class Data:
 _set_data_fields = tuple(Data.__dict__[name].__set__ for name in (
     "originator", "recipients", "content", "content_type", "options", "originator_options",
     "recipient_options", "content_ref"))
+_set_options, _set_recipient_options = _set_data_fields[4], _set_data_fields[6]
 
 
 def plain_data(originator: Endpoint, recipients: tuple[Endpoint, ...], content: bytes,
@@ -447,9 +448,19 @@ def _decode_fast(content_type: str, body: bytes) -> Data | None:
     if (layout is None or len(layout.recipients) > DEFAULT_MAX_RECIPIENTS
             or len(layout.content) > DEFAULT_MAX_CONTENT_SIZE):
         return None
-    # match_data found at least one recipient and no options
-    return plain_data(layout.originator, layout.recipients, layout.content,
+    # match_data found at least one recipient, and options (if any) only of the data's own
+    data = plain_data(layout.originator, layout.recipients, layout.content,
                       layout.content_type, layout.content_ref)
+    if layout.options:
+        _set_options(data, _fast_options(layout.options))
+    if layout.recipient_options:
+        _set_recipient_options(data, tuple(_fast_options(o) for o in layout.recipient_options))
+    return data
+
+
+def _fast_options(fields: tuple[OptionFields, ...]) -> tuple[Option, ...]:
+    return tuple(Option(name, trans_id, False, TargetHop(hop), must, None, content)
+                 for name, trans_id, hop, must, content in fields)
 
 
 def _decode_general(content_type: str, body: bytes) -> Operation:
@@ -573,12 +584,16 @@ def encode(operation: Operation) -> tuple[str, bytes]:
 
 
 def _encode_fast(data: Data) -> tuple[str, bytes] | None:
-    """`_encode_general(data)` for a data without options carried in a `cid:` part; else None.
+    """`_encode_general(data)` for a data carried in a `cid:` part (none on the originator);
+    else None.
 
     The same octets, the same Content-IDs and boundary drawn in the same order; only the
-    parties' XML comes from a cache and the entity is written in one piece.
+    parties' XML comes from a cache and the entity is written in one piece. Options are
+    written as `encode_xml` writes them, by the same functions: a broker's every delivery
+    carries its dataHopping option, and a selected one an InRe per recipient; both took the
+    general path for it.
     """
-    if data.options or data.originator_options or data.recipient_options:
+    if data.originator_options:
         return None
     ref = data.content_ref
     if ref is None:
@@ -592,13 +607,20 @@ def _encode_fast(data: Data) -> tuple[str, bytes] | None:
         return None
     originator, recipients = data.originator, data.recipients
     recent = _recent_parties[0]
-    if recent[0] is originator and recent[1] is recipients:
+    if data.recipient_options:  # different with every data (the ids it satisfied): no cache
+        parties = "".join([
+            _container("originator", f" identity='{_esc(str(originator))}'", (), "    "),
+            *(_container("recipient", f" identity='{_esc(str(r))}'", data.options_of(i),
+                         "    ") for i, r in enumerate(recipients))]).encode("utf-8")
+    elif recent[0] is originator and recent[1] is recipients:
         parties = recent[2]
     else:
         parties = (_parties_xml(originator, recipients)
                    if len(recipients) <= _MAX_CACHED_PARTIES
                    else _parties(originator, recipients))
         _recent_parties[0] = (originator, recipients, parties)
+    if data.options:
+        parties += "".join(_option_xml(o, "    ") for o in data.options).encode("utf-8")
     return write_data(parties, data.content_type, data.content, xml_ref=xml_ref,
                       content_id=cid, start_id=start_id, boundary=boundary)
 

@@ -87,6 +87,7 @@ __all__ = [
     "DEFAULT_PEER_BACKOFF",
     "DEFAULT_PEER_BACKOFF_MAX",
     "READ_SIZE",
+    "SERVER_MAX_PENDING",
     "ApexServer",
     "PeerLink",
 ]
@@ -96,9 +97,15 @@ log = structlog.get_logger(__name__)
 #: The receive window each APEX channel advertises (RFC 3081 §3.1: 4096 until the first SEQ).
 #: We consume what arrives at once (it is parsed as it comes), so the window buffers nothing;
 #: at 4096 a subscriber could have only about five 512-octet deliveries in flight, and the
-#: fan-out stalled on SEQ round trips (measured: ~600 deliveries/s to 10 subscribers).
-APEX_WINDOW = 256 * 1024
-
+#: fan-out stalled on SEQ round trips (measured: ~600 deliveries/s to 10 subscribers). A
+#: publication of 512 octets is a MSG of about 1,200 (MIME and XML around it): 1 MiB lets a
+#: publisher's 256 in flight (and a burst of deliveries as large) go out without a SEQ wait.
+APEX_WINDOW = 1024 * 1024
+#: MSGs one APEX channel may have pending (received, not yet answered) before we end the
+#: session (BEEP's default is 64). A publication is answered once it is durable, so a client
+#: that pipelines has its whole window pending: the client library's default is 288
+#: (adapters/client/client.py MAX_IN_FLIGHT); this leaves other clients room above it.
+SERVER_MAX_PENDING = 1024
 #: `encode(Ok())`'s body, which answers nearly every data.
 _PLAIN_OK = encode(Ok())[1]
 
@@ -123,7 +130,8 @@ class ApexServer:
                  answered: Callable[[object], None] | None = None) -> None:
         """`answered(tag)`: told when a recipient answers `ok` to data `send` tagged for it."""
         self.relay, self.host, self.port = relay, host, port
-        self.config = config or BeepConfig(window_size=APEX_WINDOW)
+        self.config = config or BeepConfig(window_size=APEX_WINDOW,
+                                           max_pending_messages=SERVER_MAX_PENDING)
         self.greeting_timeout, self.max_outbound = greeting_timeout, max_outbound
         self._sessions: dict[int, _Session] = {}
         self._numbers = itertools.count(1)

@@ -43,7 +43,7 @@ EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 DEFAULT_MARGIN_S = 60.0
 #: How far before the window's first record (clock skew between the broker's producers).
 _SKEW = timedelta(seconds=1)
-_ROLES = ("journal", "links", "subscriptions", "access", "topics")
+_ROLES = ("journal", "links", "subscriptions", "access", "topics", "acks")
 
 
 class _Progress:
@@ -188,6 +188,7 @@ def _audit(spark: Any, config: KafkaConfig, args: argparse.Namespace, bounds: tu
     _, subscriptions = read("subscriptions")
     _, access = read("access")
     _, topics = read("topics")
+    _, acks = read("acks")
     progress.stage("registries read")
 
     note = ""
@@ -201,7 +202,7 @@ def _audit(spark: Any, config: KafkaConfig, args: argparse.Namespace, bounds: tu
     options = AuditOptions(
         topic=args.topic, subscriber=args.subscriber, whole=whole, edge_ms=args.edge_ms,
         from_start=tuple(p for p, lo in first_offsets.items() if lo == 0))
-    result = audit(spark, AuditInputs(journal, links, subscriptions, access), options)
+    result = audit(spark, AuditInputs(journal, links, subscriptions, access, acks), options)
     progress.stage("reconciled")
 
     result.findings.orderBy("category", "source", "source_seq", "link", "link_seq") \

@@ -13,9 +13,10 @@ EXIT_OK, EXIT_NOT_RUNNING = 0, 3
 
 
 def _kafka(args: argparse.Namespace) -> Any:
-    from adapters.local.kafka import LocalKafka
+    from adapters.local.kafka import DEFAULT_GC, LocalKafka
 
-    return LocalKafka(Path(args.data_dir) / "kafka", port=args.port)
+    return LocalKafka(Path(args.data_dir) / "kafka", port=args.port,
+                      gc=getattr(args, "gc", None) or DEFAULT_GC)
 
 
 def _start(args: argparse.Namespace) -> int:
@@ -61,6 +62,11 @@ def register(sub: Any) -> None:
                         help="where Kafka keeps its data and logs (default: %(default)s)")
         sp.add_argument("--port", type=int, default=None, metavar="PORT",
                         help="listener port on 127.0.0.1 (default: the last one used, else free)")
+        if name == "start":
+            # the names of adapters.local.kafka.COLLECTORS (not imported: the CLI starts fast)
+            sp.add_argument("--gc", choices=("G1", "ZGC", "Shenandoah"), default=None,
+                            help="the JVM's collector (default: the measured one, see"
+                                 " docs/operations.md); KAFKA_JVM_PERFORMANCE_OPTS overrides")
         if name == "status":
             sp.add_argument("--json", action="store_true", help="print one JSON object")
         sp.set_defaults(func=func)

@@ -39,7 +39,6 @@ from adapters.cli.client_cmd import FOREVER, _common, add_reconnect_option, cont
 from adapters.cli.security import client_security
 from adapters.client.content import check_expires, message_content
 from adapters.client.publisher import (
-    DEFAULT_MAX_IN_FLIGHT,
     DEFAULT_WINDOW,
     PublisherStats,
     ReliablePublisher,
@@ -569,8 +568,8 @@ def _positive(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value < DEFAULT_MAX_IN_FLIGHT:
-        raise argparse.ArgumentTypeError(f"at least {DEFAULT_MAX_IN_FLIGHT}, not {value}")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"at least 1, not {value}")
     return value
 
 

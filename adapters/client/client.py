@@ -74,12 +74,16 @@ from common.errors import (
 from ._outlet import DataOutlet
 from ._transport import ClientWire, Slots
 
-__all__ = ["DEFAULT_TIMEOUT", "ApexClient"]
+__all__ = ["DEFAULT_TIMEOUT", "MAX_IN_FLIGHT", "ApexClient"]
 
 log = structlog.get_logger(__name__)
 
-#: Requests one client keeps unanswered at most (see `_in_flight`).
-MAX_IN_FLIGHT = 32
+#: Requests one client keeps unanswered at most, by default (`connect(max_in_flight=...)`):
+#: a publisher's window of 256 (publisher.DEFAULT_MAX_IN_FLIGHT, the benchmark's) and room for
+#: 32 other requests of the same application beside it, so its sends never queue here. It was
+#: 32 while relays cut a channel off past BEEP's default of 64 MSGs pending; an APEX relay now
+#: takes `SERVER_MAX_PENDING` (adapters/apex/server.py), and a client must stay below that.
+MAX_IN_FLIGHT = 256 + 32
 #: MSGs the relay may have sent us that we have not answered yet. We answer each data as soon
 #: as its frame is parsed, but every MSG that one read completes is parsed before the first
 #: answer goes out: a relay's burst (a gap fill, a busy fan-out) completes hundreds in a read,
@@ -96,9 +100,11 @@ _RECIPIENT_LISTS = 64
 class ApexClient:
     """Use `await ApexClient.connect(host, port)`; then `attach`, `send`, `receive`, `close`."""
 
-    def __init__(self, timeout: float = DEFAULT_TIMEOUT, config: BeepConfig | None = None
-                 ) -> None:
+    def __init__(self, timeout: float = DEFAULT_TIMEOUT, config: BeepConfig | None = None,
+                 *, max_in_flight: int = MAX_IN_FLIGHT) -> None:
         """Prefer `connect`: this makes a client whose transport `connect` then opens."""
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be at least 1, not {max_in_flight}")
         self.timeout = timeout
         self._conn = BeepConnection(
             Role.INITIATOR, config or BeepConfig(window_size=APEX_WINDOW,
@@ -113,8 +119,9 @@ class ApexClient:
         #: a `_flush` is scheduled for the end of this event-loop turn
         self._flush_due = False
         #: requests awaiting their reply at once: pipelining helps, but a relay cuts off a
-        #: channel with more MSGs pending than its limit (BeepConfig's default is 64)
-        self._in_flight = Slots(MAX_IN_FLIGHT)
+        #: channel with more MSGs pending than its limit (`SERVER_MAX_PENDING`)
+        self.max_in_flight = max_in_flight
+        self._in_flight = Slots(max_in_flight)
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._outlet = DataOutlet()
         self._channel = 0
@@ -139,17 +146,21 @@ class ApexClient:
                       tls: ssl.SSLContext | None = None,
                       sasl: tuple[str, str] | None = None, mechanism: str = "PLAIN",
                       server_hostname: str | None = None,
-                      config: BeepConfig | None = None) -> ApexClient:
+                      config: BeepConfig | None = None,
+                      max_in_flight: int = MAX_IN_FLIGHT) -> ApexClient:
         """Open the transport, exchange greetings and start an APEX channel.
 
         Args:
             config: BEEP limits and the receive window (default: `APEX_WINDOW`).
+            max_in_flight: requests on the wire awaiting their reply at once; more wait
+                (first come, first served). Stay below the relay's limit of MSGs pending on a
+                channel (an apexps relay: `SERVER_MAX_PENDING`), or it ends the session.
             tls: negotiate TLS first with this client context (it decides which certificates
                 are trusted); `server_hostname` (default `host`) is the name checked.
             sasl: authenticate as (user, password) with `mechanism`: "SCRAM-SHA-256" (never
                 sends the password) or "PLAIN" (needs `tls`; relays offer it only under TLS).
         """
-        client = cls(timeout, config)
+        client = cls(timeout, config, max_in_flight=max_in_flight)
         await asyncio.wait_for(asyncio.get_running_loop().create_connection(
             lambda: client._wire, host, port), timeout)
         try:  # whatever fails (or is cancelled) from here on, the connection must not linger

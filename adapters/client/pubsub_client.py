@@ -191,6 +191,8 @@ class PubsubClient:
         self._trans_ids = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[_Answer]] = {}
         self._events = _Inbox()
+        #: where each `Delivered` no link listener takes goes: `events()`, or `deliver_to`'s
+        self._deliver: Callable[[Delivered], None] = self._events.put_nowait
         self._links: dict[str, LinkListener] = {}
         #: each topic's publication address, `apex=pubsub/TOPIC@D`
         self._topics: dict[str, Endpoint] = {}
@@ -209,7 +211,8 @@ class PubsubClient:
                       service_domain: str | None = None, link_events: bool = False,
                       reconnect: ReconnectPolicy | None = None,
                       **security: Any) -> PubsubClient:
-        """`security`: ApexClient.connect's tls, sasl, mechanism and server_hostname.
+        """`security`: ApexClient.connect's tls, sasl, mechanism and server_hostname (and its
+        max_in_flight, the requests on the wire at once: 288 by default).
         `reconnect`: survive lost connections by this policy (see the module docstring); the
         `ReconnectingApexClient` is `.client`, for its `add_listener`."""
         me = Endpoint.parse(endpoint) if isinstance(endpoint, str) else endpoint
@@ -457,6 +460,21 @@ class PubsubClient:
                 raise ServiceNotAvailable("connection to the broker lost")
             yield event
 
+    def deliver_to(self, callback: Callable[[Delivered], None]) -> None:
+        """From now on hand each forwarded message (that no link listener takes) to
+        `callback`, in the connection's read loop as it is decoded, instead of queueing it for
+        `events()`, which then yields only the rest (subscription ends, link events, the end
+        of the connection). For a subscriber that handles each message at once: it saves a
+        queue and a task switch per message. The callback must not block; what it raises is
+        logged, and the next message still comes."""
+        def guarded(delivered: Delivered) -> None:
+            try:
+                callback(delivered)
+            except Exception:
+                log.exception("delivery callback failed", topic=delivered.topic)
+
+        self._deliver = guarded
+
     def _connection_event(self, event: ConnectionEvent) -> None:
         if isinstance(event, Disconnected):
             waiting, self._waiting = self._waiting, {}
@@ -554,7 +572,7 @@ class PubsubClient:
             delivered = Delivered(topic, self._origin(domain, topic), content, content_type,
                                   stamp, stamp.in_re or None)
             if not self._to_link(stamp.link, delivered):
-                self._events.put_nowait(delivered)
+                self._deliver(delivered)
 
     def _origin(self, domain: str, topic: str) -> str:
         """`apex=pubsub/TOPIC@DOMAIN`, the originator a delivery of `topic` would have had."""
@@ -575,7 +593,7 @@ class PubsubClient:
             delivered = Delivered(origin.subaddress, str(origin), data.content,
                                   data.content_type, stamp, in_re)
             if stamp is None or not self._to_link(stamp.link, delivered):
-                self._events.put_nowait(delivered)
+                self._deliver(delivered)
             return
         if self._robust(data):
             return

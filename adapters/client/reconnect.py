@@ -56,7 +56,7 @@ from adapters.apex.relay import ATTACH_OVERRIDE
 from common.errors import ApexpsError, ServiceNotAvailable
 
 from ._outlet import DataOutlet
-from .client import DEFAULT_TIMEOUT, ApexClient
+from .client import DEFAULT_TIMEOUT, MAX_IN_FLIGHT, ApexClient
 
 __all__ = [
     "DEFAULT_MAX_RECONNECT_ATTEMPTS",
@@ -219,6 +219,7 @@ class ReconnectingApexClient:
                       tls: ssl.SSLContext | None = None,
                       sasl: tuple[str, str] | None = None, mechanism: str = "PLAIN",
                       server_hostname: str | None = None,
+                      max_in_flight: int = MAX_IN_FLIGHT,
                       policy: ReconnectPolicy | None = None,
                       on_disconnected: Callable[[Disconnected], None] | None = None,
                       on_reconnected: Callable[[Reconnected], None] | None = None,
@@ -231,7 +232,8 @@ class ReconnectingApexClient:
         all of them (`Detached` included).
         """
         dial = functools.partial(ApexClient.connect, host, port, timeout, tls=tls, sasl=sasl,
-                                 mechanism=mechanism, server_hostname=server_hostname)
+                                 mechanism=mechanism, server_hostname=server_hostname,
+                                 max_in_flight=max_in_flight)
         client = cls(dial, await dial(), policy, server=f"{host}:{port}")
         if on_disconnected is not None:
             client.add_listener(functools.partial(_only, Disconnected, on_disconnected))

@@ -164,6 +164,8 @@ class RobustSubscriber:
         self._outbox: asyncio.Queue[GapRequest | RepairRequest] = asyncio.Queue()
         self._closing: asyncio.Future[None] | None = None
         self._stopped = False
+        #: `deliver_to`'s callback: messages go there instead of the queue
+        self._on_message: Callable[[Message], None] | None = None
         client.listen_link(self.link, self._traffic)
         if isinstance(client.client, ReconnectingApexClient):
             client.client.add_listener(self._connection_event)
@@ -252,6 +254,16 @@ class RobustSubscriber:
         async for event in self.events():
             if isinstance(event, Message):
                 yield event
+
+    def deliver_to(self, callback: Callable[[Message], None]) -> None:
+        """From now on hand each message to `callback` as the stub releases it (in the
+        connection's read loop, in link order, each once), instead of queueing it for
+        `messages()`/`events()`; a message counts as processed once `callback` returns.
+        Notices still go to the log, `on_notice` and `events()`. For a subscriber that
+        handles each message at once: it saves a queue and a task switch per message. Call
+        it before `subscribe`; the callback must not block; what it raises is logged and the
+        message still counts as processed (the stub cannot give it again)."""
+        self._on_message = callback
 
     async def events(self) -> AsyncIterator[Message | Notice]:
         """`messages()` with the notices in between, in the order they happened."""
@@ -375,6 +387,13 @@ class RobustSubscriber:
         message = Message(stamp, action.content, content_type)
         if stamp.refill:
             self.refilled += 1
+        if self._on_message is not None:
+            try:
+                self._on_message(message)
+            except Exception:  # the application's bug must not stop the link
+                log.exception("deliver_to callback failed", link=self.link,
+                              link_seq=stamp.link_seq)
+            return  # processed: `_apply` commits the stub's position after its actions
         self._messages_queued += 1
         self._queue.put_nowait(_Queued(message, self._position))
 

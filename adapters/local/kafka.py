@@ -38,9 +38,10 @@ from pathlib import Path
 import structlog
 
 from adapters.local.provision import OPS_DIR, resolve_jars
-from broker.kafka_io import answers
+from broker.kafka_io import answers, warm
 
-__all__ = ["DEFAULT_HEAP", "KAFKA_POM", "KafkaLaunchError", "KafkaState", "LocalKafka"]
+__all__ = ["COLLECTORS", "DEFAULT_GC", "DEFAULT_HEAP", "KAFKA_POM", "KafkaLaunchError",
+           "KafkaState", "LocalKafka"]
 
 log = structlog.get_logger(__name__)
 
@@ -54,12 +55,27 @@ DEFAULT_STOP_TIMEOUT_S = 60.0
 #: Enough for the journal's batches; the machine has 24 GiB but tests also run Spark.
 DEFAULT_HEAP = "1g"
 
-#: G1 with its default pause goal. Measured here (two bench_pubsub runs per setting, young pauses
-#: from DATA/logs/gc.log): G1 as is, mean 23 ms, max 57; the stock scripts' MaxGCPauseMillis=20,
-#: mean 25, max 230 (a smaller young generation, collected twice as often); SerialGC, mean 30,
-#: max 57; G1 on one GC thread, mean 26, max 88. An operator may set KAFKA_JVM_PERFORMANCE_OPTS
-#: as for Kafka's own scripts.
-JVM_PERFORMANCE_OPTS = ("-XX:+UseG1GC", "-Djava.awt.headless=true")
+#: The collectors `apexps kafka start --gc` offers (all in OpenJDK 17); bench_kafka_gc.py
+#: compares them (a fresh Kafka each, W2 of bench_peers three times, the JVM's safepoints from
+#: DATA/logs/gc.log, which logs every one whatever the collector). 2026-11-26, load 9-12:
+#:   G1:         its pauses mean 41 ms, max 124 (8 in 3 W2 runs: young collections and a
+#:               remark); Kafka 193-406 µs CPU per message
+#:   ZGC:        mean 0.38 ms, max 2.0 (ZMarkEnd); Kafka 207-221 µs
+#:   Shenandoah: mean 0.29 ms, max 1.2; Kafka 212-284 µs
+#: (an earlier sitting, load 8-12: G1 max 205 ms, ZGC's longest 2.1 ms.) W2's p99 could not
+#: tell them apart that evening: the machine's load put p50 itself at 50-300 ms; issue 21's
+#: quieter table read p99 36 ms on G1, 9.3 on ZGC. So ZGC: no pause of its own above 2 ms,
+#: no more CPU than G1, Shenandoah's pauses as short but its CPU less steady. Earlier G1
+#: tuning (young pauses, two bench_pubsub runs each): as is, mean 23 ms, max 57;
+#: MaxGCPauseMillis=20, mean 25, max 230; SerialGC, mean 30, max 57.
+COLLECTORS: dict[str, tuple[str, ...]] = {
+    "G1": ("-XX:+UseG1GC",),
+    "ZGC": ("-XX:+UseZGC",),
+    "Shenandoah": ("-XX:+UseShenandoahGC",),
+}
+#: The default collector (above). An operator may set KAFKA_JVM_PERFORMANCE_OPTS as for
+#: Kafka's own scripts, which replaces these options.
+DEFAULT_GC = "ZGC"
 
 LOG4J_PROPERTIES = """\
 log4j.rootLogger=INFO, file
@@ -137,11 +153,13 @@ class LocalKafka:
     """One local Kafka, owned by a data directory."""
 
     def __init__(self, data_dir: Path, *, host: str = "127.0.0.1", port: int | None = None,
-                 heap: str = DEFAULT_HEAP) -> None:
+                 heap: str = DEFAULT_HEAP, gc: str = DEFAULT_GC) -> None:
+        if gc not in COLLECTORS:
+            raise ValueError(f"unknown collector {gc!r}: one of {', '.join(COLLECTORS)}")
         self.data_dir = Path(data_dir).absolute()
         self.host = host
         self.requested_port = port
-        self.heap = heap
+        self.heap, self.gc = heap, gc
 
     # --- paths ----------------------------------------------------------------------------
 
@@ -172,8 +190,10 @@ class LocalKafka:
 
     # --- lifecycle ------------------------------------------------------------------------
 
-    def start(self, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> KafkaState:
-        """Start Kafka (or return the one already running on this data dir) and wait for it."""
+    def start(self, timeout_s: float = DEFAULT_START_TIMEOUT_S, *,
+              warm_up: bool = True) -> KafkaState:
+        """Start Kafka (or return the one already running on this data dir) and wait for it
+        to answer and, with `warm_up`, to have served a warm-up load (`kafka_io.warm`)."""
         old = self.read_state()
         if old is not None and _alive(old.pid):
             if answers(old.bootstrap, timeout_s=10.0):
@@ -211,6 +231,8 @@ class LocalKafka:
                     f"and {self.console_file}"
                 )
             if answers(state.bootstrap, timeout_s=2.0):
+                if warm_up:
+                    warm(state.bootstrap)
                 log.info("kafka ready", bootstrap=state.bootstrap)
                 return state
             time.sleep(delay)  # polling a process we do not control: there is no event to await
@@ -302,8 +324,8 @@ class LocalKafka:
         gc_log = self.data_dir / "logs" / "gc.log"
         return [
             exe, f"-Xmx{self.heap}", "-Xms256m",
-            *(perf.split() if perf else JVM_PERFORMANCE_OPTS),
-            f"-Xlog:gc:file={gc_log}:time,uptime:filecount=5,filesize=10M",
+            *(perf.split() if perf else (*COLLECTORS[self.gc], "-Djava.awt.headless=true")),
+            f"-Xlog:gc,safepoint:file={gc_log}:time,uptime:filecount=5,filesize=10M",
             f"-Dlog4j.configuration=file:{self.data_dir / 'log4j.properties'}",
             "-cp", os.pathsep.join(str(j) for j in jars),
         ]

@@ -15,7 +15,7 @@ with no message, a message about one that is gone), so the lists converge on the
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import structlog
 
@@ -43,8 +43,12 @@ log = structlog.get_logger(__name__)
 
 class WktPublisher:
     def __init__(self, service: PubsubService, gate: PublishGate,
-                 items: ItemStore | None) -> None:
+                 items: ItemStore | None,
+                 acked: Callable[[Sequence[Publication], list[Outcome]], None] | None = None,
+                 ) -> None:
+        """`acked`: hears each batch's outcomes, to forward what Kafka acknowledged."""
         self.service, self.gate, self.items = service, gate, items
+        self._acked = acked
         self.revisions = Revisions()
         if items is not None:  # what the journal already says, as the cache rebuilt it
             for topic in (TOPICS_TOPIC, SUBSCRIPTIONS_TOPIC):
@@ -98,6 +102,8 @@ class WktPublisher:
         done: asyncio.Future[list[Outcome]] = asyncio.get_running_loop().create_future()
 
         def settled(outcomes: list[Outcome]) -> None:
+            if self._acked is not None:
+                self._acked(pubs, outcomes)
             if not done.done():
                 done.set_result(outcomes)
 

