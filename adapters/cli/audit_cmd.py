@@ -131,6 +131,17 @@ def _empty(spark: Any, role: str) -> Any:
     return decode_registry(raw, role)
 
 
+def _spread(spark: Any, raw: Any) -> Any:
+    """The link log's Kafka rows spread over every core before they are decoded: the broker
+    writes a link's packs to one partition, so a handful of links decode, and explode, on one
+    core each; hashed by (partition, offset) every task gets its share. Decoding keeps each
+    record's partition, offset and place in its pack, which is all the log order needs."""
+    from pyspark.sql import functions as F
+
+    slices = 2 * spark.sparkContext.defaultParallelism
+    return raw.repartition(slices, F.hash("partition", "offset"))
+
+
 def _audit(spark: Any, config: KafkaConfig, args: argparse.Namespace, bounds: tuple[Any, Any],
            *, message: tuple[str, int] | None, out: Path) -> int:
     from pyspark.sql import functions as F
@@ -154,6 +165,8 @@ def _audit(spark: Any, config: KafkaConfig, args: argparse.Namespace, bounds: tu
         # The Python fallback's pass over every row buys nothing where no record needs it:
         # asked once of the cached rows, in SQL (broker/spark/avro_decode.py).
         python = needs_python(raw, DECODED_SCHEMAS[role])
+        if role == "links":
+            raw = _spread(spark, raw)
         decoded = (decode_journal(raw, python_fallback=python) if role == "journal"
                    else decode_links(raw, python_fallback=python) if role == "links"
                    else decode_registry(raw, role, python_fallback=python))
