@@ -48,7 +48,7 @@ from broker.spark.audit.findings import as_findings
 from broker.spark.audit.registry import FOREVER, Lifetime
 from common.errors import ApexpsError
 
-__all__ = ["PAIR_KEY", "delivered", "judge", "pair_findings", "pairs", "selector_keys",
+__all__ = ["PAIR_KEY", "carry", "delivered", "judge", "pair_findings", "pairs", "selector_keys",
            "unpaired_deliveries"]
 
 log = structlog.get_logger(__name__)
@@ -173,26 +173,47 @@ def delivered(live: DataFrame) -> DataFrame:
                 "times"))
 
 
-def judge(pair_rows: DataFrame, delivered_rows: DataFrame) -> DataFrame:
-    """Per (link, message): the subscriptions' decisions folded (`want`: any wants it;
-    `withhold`: one would, but for the token; `edge`: any is at the edge; `label`,
-    `subscriber`: a wanting subscription first), joined with what the link carried
-    (`delivered`: `is_carried`, link_seq, epoch, rec_ms, times)."""
+def carry(pair_rows: DataFrame, delivered_rows: DataFrame) -> DataFrame:
+    """Each pair with what its link carried of its message (`delivered_rows`: delivered(), one
+    row per (link, message)): link_seq, epoch, rec_ms, times, and `is_carried`. Both sides
+    partitioned by PAIR_KEY (the audit's job does it), the join shuffles neither; judge and the
+    summary's per-subscription figures are then each one aggregation of this frame."""
     from pyspark.sql import functions as F
 
-    pick = F.struct(F.col("want").cast("int"), F.col("in_life").cast("int"), "label",
-                    "subscriber")
-    folded = pair_rows.groupBy(*PAIR_KEY, "topic", "at_ms", "kafka_partition",
-                               "kafka_offset").agg(
+    carried_rows = delivered_rows.select(*PAIR_KEY, "link_seq", "epoch", "rec_ms", "times")
+    return (pair_rows.join(carried_rows, list(PAIR_KEY), "left")
+            .withColumn("is_carried", F.col("times").isNotNull()))
+
+
+def judge(paired: DataFrame, names: Sequence[tuple[str, str]]) -> DataFrame:
+    """Per (link, message): the subscriptions' decisions folded (`want`: any wants it;
+    `withhold`: one would, but for the token; `edge`: any is at the edge; `label`,
+    `subscriber`: a wanting subscription first, then an active one, then the least (label,
+    subscriber)), with what the link carried (`paired`: carry(): `is_carried`, link_seq,
+    epoch, rec_ms, times: one value per key, so grouped by, not aggregated).
+
+    `names`: every (label, subscriber) the pairs hold (the lifetimes'). The pick is a max of
+    one long, (want, in_life, the name's place in their order), not of a struct of strings:
+    a fold of fixed-width values is a hash aggregate, a struct's a sort of every pair. The
+    name comes back from its place through the few names, sent to every task."""
+    from pyspark.sql import functions as F
+
+    spark = paired.sparkSession
+    order = spark.createDataFrame(
+        [(label, subscriber, i) for i, (label, subscriber) in enumerate(sorted(set(names)))],
+        "label string, subscriber string, _place bigint")
+    pick = (F.col("want").cast("bigint") * (1 << 33) + F.col("in_life").cast("bigint") * (1 << 32)
+            + F.col("_place"))
+    folded = (paired.join(F.broadcast(order), ["label", "subscriber"])
+              .groupBy(*PAIR_KEY, "topic", "at_ms", "kafka_partition", "kafka_offset",
+                       "link_seq", "epoch", "rec_ms", "times", "is_carried").agg(
         F.max("want").alias("want"), F.max("edge").alias("edge"),
         F.max(F.col("in_life") & F.col("selected") & ~F.col("allowed")).alias("withhold"),
         F.max(F.col("in_life")).alias("in_life"),
-        F.max(pick).alias("_pick"))
-    carried_rows = delivered_rows.select(*PAIR_KEY, "link_seq", "epoch", "rec_ms", "times")
-    return (folded.join(carried_rows, list(PAIR_KEY), "left")
-            .withColumn("is_carried", F.col("times").isNotNull())
-            .withColumn("label", F.col("_pick.label"))
-            .withColumn("subscriber", F.col("_pick.subscriber")).drop("_pick"))
+        F.max(pick).alias("_pick")))
+    back = F.broadcast(order.select(F.col("_place").alias("_pick"), "label", "subscriber"))
+    return folded.withColumn("_pick", F.col("_pick") % (1 << 32)).join(back, "_pick").drop(
+        "_pick")
 
 
 def pair_findings(judged: DataFrame) -> DataFrame:

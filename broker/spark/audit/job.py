@@ -85,7 +85,8 @@ class Audit:
     holes: DataFrame
     #: the journal DATA messages judged (after --topic): source, source_seq, topic, at_ms, ...
     messages: DataFrame
-    #: one row per (message, subscription) decision (decisions.pairs)
+    #: one row per (message, subscription) decision (decisions.pairs), with what its link
+    #: carried (decisions.carry)
     pairs: DataFrame
     #: per (link, message) (decisions.judge)
     judged: DataFrame
@@ -249,9 +250,9 @@ def _audit(spark: SparkSession, inputs: AuditInputs, options: AuditOptions) -> A
     found.append(log_faults.select(*found[0].columns))
 
     # The decisions.
-    pair_rows = decisions.pairs(messages, subs, ents, keys, options.edge_ms).repartition(
-        *decisions.PAIR_KEY).cache()
-    judged = decisions.judge(pair_rows, carried).cache()
+    pair_rows = decisions.carry(decisions.pairs(messages, subs, ents, keys, options.edge_ms)
+                                .repartition(*decisions.PAIR_KEY), carried).cache()
+    judged = decisions.judge(pair_rows, [(s.label, s.subscriber) for s in lifetimes]).cache()
     found.append(decisions.pair_findings(judged))
     covered = stats.join(holes.groupBy("source").agg(
         F.collect_list(F.struct("from_seq", "to_seq")).alias("holes")), "source", "left")

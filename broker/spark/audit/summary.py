@@ -72,9 +72,9 @@ def summarize(result: Audit, *, window: dict[str, str | None],
              for r in result.holes.orderBy("at_ms").collect()]
     series = _series(result.messages, holes, span)
 
-    # Per subscription: its pairs and what their links carried.
-    pair = result.pairs.join(result.judged.select(
-        "link", "source", "source_seq", "is_carried", "rec_ms"), ["link", "source", "source_seq"])
+    # Per subscription: its pairs and what their links carried (the pairs hold both: one
+    # aggregation, no join).
+    pair = result.pairs
     latency = F.when(F.col("is_carried") & F.col("want"), F.col("rec_ms") - F.col("at_ms"))
     stats = {r["label"]: r for r in pair.groupBy("label").agg(
         F.sum(F.col("want").cast("int")).alias("expected"),
