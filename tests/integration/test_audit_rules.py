@@ -155,3 +155,30 @@ def test_wkt_subscriptions_messages_are_expected_only_by_their_own_subscriber(
     ], ("a@x", "b@x"), topic)
     assert got == {("a@x", 1): True, ("a@x", 2): False, ("a@x", 3): False,
                    ("b@x", 1): False, ("b@x", 2): True, ("b@x", 3): False}
+
+
+PAIRED = ("link string, source string, source_seq bigint, topic string, at_ms bigint, "
+          "kafka_partition int, kafka_offset bigint, label string, subscriber string, "
+          "in_life boolean, allowed boolean, selected boolean, edge boolean, want boolean, "
+          "link_seq bigint, epoch bigint, rec_ms bigint, times bigint, is_carried boolean")
+
+
+def test_judge_names_a_wanting_subscription_first_then_an_active_one(spark: Any) -> None:
+    """Per (link, message) judge names one subscription: one that wants it before one that
+    is only active, before the greatest name (as the max of a struct of them did); a pick
+    that ignores `want` or `in_life` names the wrong one here."""
+    from broker.spark.audit import decisions
+
+    def pair(seq: int, label: str, in_life: bool, want: bool) -> tuple[Any, ...]:
+        return ("L", "p", seq, "t", 0, 0, seq, label, label[0], in_life, True,
+                want, False, want, None, None, None, None, False)
+
+    paired = spark.createDataFrame([
+        pair(1, "a/1", True, True), pair(1, "b/1", True, False),    # a wants it
+        pair(2, "a/1", True, False), pair(2, "b/1", False, False),  # a is active
+        pair(3, "a/1", True, False), pair(3, "b/1", True, False)], PAIRED)
+    names = [("a/1", "a"), ("b/1", "b")]
+    got = {r["source_seq"]: (r["label"], r["subscriber"], r["want"], r["in_life"])
+           for r in decisions.judge(paired, names).collect()}
+    assert got == {1: ("a/1", "a", True, True), 2: ("a/1", "a", False, True),
+                   3: ("b/1", "b", False, True)}

@@ -188,8 +188,8 @@ def carry(pair_rows: DataFrame, delivered_rows: DataFrame) -> DataFrame:
 def judge(paired: DataFrame, names: Sequence[tuple[str, str]]) -> DataFrame:
     """Per (link, message): the subscriptions' decisions folded (`want`: any wants it;
     `withhold`: one would, but for the token; `edge`: any is at the edge; `label`,
-    `subscriber`: a wanting subscription first, then an active one, then the least (label,
-    subscriber)), with what the link carried (`paired`: carry(): `is_carried`, link_seq,
+    `subscriber`: a wanting subscription first, then an active one, then the greatest
+    (label, subscriber)), with what the link carried (`paired`: carry(): `is_carried`, link_seq,
     epoch, rec_ms, times: one value per key, so grouped by, not aggregated).
 
     `names`: every (label, subscriber) the pairs hold (the lifetimes'). The pick is a max of
