@@ -9,13 +9,18 @@ calls `poll()` so delivery callbacks run promptly whatever the caller does (conf
 `examples/producer.py` calls `poll(0)` after each produce for the same reason). `BufferError`
 (local queue full) is backpressure: wait for deliveries and retry, up to a deadline.
 
+Admin: topic creation, listing, and `drop_namespace` for throwaway namespaces. `warm` does to a
+fresh Kafka what the broker's first minute would (its first producer id, its first consumer
+group), so the local Kafka is warm before it says it is ready.
+
 Reads: an assigned (never subscribed, never committing) consumer, bounded by the high watermark
 taken when the read starts, so a read always ends. `read_partition` makes a consumer per read,
 for one-off reads; `PartitionReader` keeps one for reads repeated for ever (a registry's refresh).
 
 Why one module of this length: it is the one place confluent-kafka is imported (the lint
-rules hold every other module to that), so the producer, the reads and the admin calls live
-together behind typed functions.
+rules hold every other module to that), so the producer, the reads, the admin calls and the
+warm-up live together behind typed functions. What is not Kafka's is kept out: the record
+writer (`journal_writer.py`), the codec, the checkpoint book.
 """
 
 from __future__ import annotations
@@ -453,6 +458,26 @@ def existing_topics(config: KafkaConfig, timeout_s: float = 10.0) -> set[str]:
     """The names of every topic the cluster has (asking for all: a metadata request naming a
     topic may create it where the cluster auto-creates topics)."""
     return set(_admin(config).list_topics(timeout=timeout_s).topics)
+
+
+def drop_namespace(config: KafkaConfig, *, wait: bool = False, timeout_s: float = 10.0) -> int:
+    """Delete every topic of `config`'s namespace (and of namespaces named after it, such as an
+    audit's damaged copy); how many. For throwaway namespaces (tests, benchmarks): Kafka holds a
+    file descriptor per segment, and a Kafka that keeps every run's ~15 partitions runs out of
+    them (this machine caps a process at 20,000). `wait`: until Kafka has deleted them. A
+    Kafka that does not answer has nothing to delete: 0."""
+    admin = _admin(config)
+    try:
+        names = [t for t in admin.list_topics(timeout=timeout_s).topics
+                 if t.startswith(config.namespace)]
+    except KafkaException:
+        return 0
+    if names:
+        futures = admin.delete_topics(names, operation_timeout=timeout_s if wait else 0)
+        if wait:
+            for future in futures.values():
+                future.result()
+    return len(names)
 
 
 def partition_count(config: KafkaConfig, topic: str) -> int:

@@ -10,13 +10,11 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from adapters.local.kafka import LocalKafka
-from broker.core import BrokerCore
-from broker.kafka_io import KafkaConfig, answers
+from broker.kafka_io import KafkaConfig, answers, drop_namespace
 
 
 @pytest.fixture(scope="session", name="kafka_bootstrap")
@@ -41,41 +39,7 @@ def _kafka_config(kafka_bootstrap: str) -> Iterator[KafkaConfig]:
     are deleted after the test."""
     config = KafkaConfig(bootstrap=kafka_bootstrap, namespace=f"t{uuid.uuid4().hex[:12]}")
     yield config
-    _drop_namespace(config)
-
-
-def _drop_namespace(config: KafkaConfig) -> None:
-    """Delete the topics of `config`'s namespace (and of namespaces named after it, such as a
-    damaged copy), without waiting. Kafka holds a file descriptor per partition's segment, and
-    this machine allows a process 20,000 that even root cannot raise: a Kafka that kept every
-    test's ~15 partitions died with "Too many open files" after about 1,500 namespaces."""
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient(config.client_conf())
-    try:
-        names = [t for t in admin.list_topics(timeout=10).topics
-                 if t.startswith(config.namespace)]
-    except KafkaException:  # a Kafka the test stopped or broke: nothing to clean
-        return
-    if names:
-        admin.delete_topics(names, operation_timeout=0)
-
-
-@pytest.fixture(name="core")
-def _core(kafka_config: KafkaConfig) -> Iterator[BrokerCore]:
-    """An opened BrokerCore on fresh topics of the suite's Kafka, as `apexps broker` opens it."""
-    core = BrokerCore(kafka_config)
-    core.open()
-    yield core
-    core.close()
-
-
-@pytest.fixture(name="private_kafka")
-def _private_kafka(tmp_path: Path) -> Iterator[LocalKafka]:
-    """A Kafka of the test's own, for tests that stop, restart or kill Kafka itself."""
-    kafka = LocalKafka(tmp_path / "kafka")
-    try:
-        yield kafka
-    finally:
-        kafka.stop()
+    # Kafka holds a descriptor per segment and this machine allows a process 20,000, which
+    # even root cannot raise: a Kafka that kept every test's ~15 partitions died with "Too many
+    # open files" after about 1,500 namespaces.
+    drop_namespace(config)

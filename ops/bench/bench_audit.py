@@ -37,7 +37,7 @@ from typing import Any
 
 from broker.codec import default_codec
 from broker.core import BrokerCore
-from broker.kafka_io import KafkaConfig
+from broker.kafka_io import KafkaConfig, drop_namespace
 from broker.records import Publication, PublishType, Subscription, SubscriptionState
 from broker.spark.journal_reader import decode_journal
 from broker.spark.source import kafka_source
@@ -212,16 +212,6 @@ class ActionTimer:
             print(f"  {seconds:8.2f} s  {name:<10} {where}")
 
 
-def _drop(config: KafkaConfig) -> None:
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": config.bootstrap})
-    mine = [t for t in admin.list_topics(timeout=30).topics if t.startswith(
-        f"{config.namespace}.")]
-    for f in admin.delete_topics(mine).values():
-        f.result()
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -288,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         spark.stop()
     finally:
         if not args.keep:
-            _drop(config)
+            drop_namespace(config, wait=True, timeout_s=30)
         if kafka is not None:
             kafka.stop()
     return 0

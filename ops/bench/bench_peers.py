@@ -59,6 +59,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from broker.kafka_io import KafkaConfig, drop_namespace
 from ops.bench import _profile as profiled
 from ops.bench.bench_pubsub import DOMAIN, ROOT, SIZE, _cpu_seconds, _listener_pid
 
@@ -470,23 +471,8 @@ class _Broker:
         self.proc.wait(timeout=120)
         self.scratch.cleanup()
         if self.system != "jetstream":
-            _drop_namespace(self.bootstrap, self.namespace)
-
-
-def _drop_namespace(bootstrap: str, namespace: str) -> None:
-    """Delete the case's topics, without waiting: on a shared Kafka every case's namespace
-    (about 15 partitions) would otherwise stay, and a Kafka holds a file descriptor per
-    segment; the machine's cap of 20,000 ended the shared one (tests/kafka_fixture.py)."""
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    try:
-        names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(namespace)]
-    except KafkaException:
-        return
-    if names:
-        admin.delete_topics(names, operation_timeout=0)
+            # a shared Kafka would otherwise keep every case's ~15 partitions
+            drop_namespace(KafkaConfig(bootstrap=self.bootstrap, namespace=self.namespace))
 
 
 def _case(system: str, workload: str, args: argparse.Namespace, bootstrap: str,
