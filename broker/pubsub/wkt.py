@@ -181,10 +181,18 @@ def subscription_message(sub: Subscription, *, service: str, revision: int, now_
     ]
     if ended is not None:
         body.append(f"<reason>{_esc(ended)}</reason>")
+    return _subscriptions_record(body, ended=ended is not None, service=service, mid=mid,
+                                 revision=revision, now_ms=now_ms, content_type=content_type)
+
+
+def _subscriptions_record(body: list[str], *, ended: bool, service: str, mid: str,
+                          revision: int, now_ms: int, content_type: str) -> Publication:
+    """A `WKT=Subscriptions` message of `body`: an update while the subscription (or watch)
+    lives, a drop once it has ended; its fields kept for selectors."""
     content = _message(SUBSCRIPTIONS_TOPIC, service, mid, revision, now_ms=now_ms, body=body)
     return Publication(
         topic=SUBSCRIPTIONS_TOPIC, source=service, content_type=content_type, content=content,
-        publish_type=PublishType.UPDATE if ended is None else PublishType.DROP,
+        publish_type=PublishType.DROP if ended else PublishType.UPDATE,
         message_id=mid, revision_id=str(revision), publication_date=now_ms,
         expiration_date="*", fields=extract_fields(content))
 
@@ -226,9 +234,5 @@ def watch_message(*, subscriber: str, resource: str, watch_id: str, events: str,
     ]
     if reason is not None:
         body.append(f"<reason>{_esc(reason)}</reason>")
-    content = _message(SUBSCRIPTIONS_TOPIC, service, mid, revision, now_ms=now_ms, body=body)
-    return Publication(
-        topic=SUBSCRIPTIONS_TOPIC, source=service, content_type=content_type, content=content,
-        publish_type=PublishType.DROP if reason is not None else PublishType.UPDATE,
-        message_id=mid, revision_id=str(revision), publication_date=now_ms,
-        expiration_date="*", fields=extract_fields(content))
+    return _subscriptions_record(body, ended=reason is not None, service=service, mid=mid,
+                                 revision=revision, now_ms=now_ms, content_type=content_type)
