@@ -10,10 +10,12 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from adapters.local.kafka import LocalKafka
+from broker.core import BrokerCore
 from broker.kafka_io import KafkaConfig, answers, drop_namespace
 
 
@@ -43,3 +45,22 @@ def _kafka_config(kafka_bootstrap: str) -> Iterator[KafkaConfig]:
     # even root cannot raise: a Kafka that kept every test's ~15 partitions died with "Too many
     # open files" after about 1,500 namespaces.
     drop_namespace(config)
+
+
+@pytest.fixture(name="core")
+def _core(kafka_config: KafkaConfig) -> Iterator[BrokerCore]:
+    """An opened BrokerCore on fresh topics of the suite's Kafka, as `apexps broker` opens it."""
+    core = BrokerCore(kafka_config)
+    core.open()
+    yield core
+    core.close()
+
+
+@pytest.fixture(name="private_kafka")
+def _private_kafka(tmp_path: Path) -> Iterator[LocalKafka]:
+    """A Kafka of the test's own, for tests that stop, restart or kill Kafka itself."""
+    kafka = LocalKafka(tmp_path / "kafka")
+    try:
+        yield kafka
+    finally:
+        kafka.stop()
