@@ -23,6 +23,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -147,10 +148,10 @@ def _audit(spark: Any, config: KafkaConfig, args: argparse.Namespace, bounds: tu
     from pyspark.sql import functions as F
 
     from broker.spark.audit import AuditInputs, AuditOptions, audit
+    from broker.spark.audit.job import subscription_lifetimes
     from broker.spark.audit.message import who_could_see
     from broker.spark.audit.summary import summarize
     from broker.spark.avro_decode import needs_python
-    from broker.spark.journal_reader import decode_journal
     from broker.spark.readers import DECODED_SCHEMAS, decode_links, decode_registry
     from broker.spark.source import kafka_source
 
@@ -167,21 +168,28 @@ def _audit(spark: Any, config: KafkaConfig, args: argparse.Namespace, bounds: tu
         python = needs_python(raw, DECODED_SCHEMAS[role])
         if role == "links":
             raw = _spread(spark, raw)
-        decoded = (decode_journal(raw, python_fallback=python) if role == "journal"
-                   else decode_links(raw, python_fallback=python) if role == "links"
+        decoded = (decode_links(raw, python_fallback=python) if role == "links"
                    else decode_registry(raw, role, python_fallback=python))
         return raw, decoded
 
-    raw_journal, journal = read("journal", start=start, end=end)
+    # The registries first: the subscriptions say whether the journal needs its fields.
+    _, subscriptions = read("subscriptions")
+    _, access = read("access")
+    _, topics = read("topics")
+    _, acks = read("acks")
+    whole = start in (None, "earliest") and end in (None, "latest")
+    options = AuditOptions(topic=args.topic, subscriber=args.subscriber, whole=whole,
+                           edge_ms=args.edge_ms)
+    lifetimes = subscription_lifetimes(subscriptions, options)
+    journal = _journal(spark, config, "journal" in present, (start, end), lifetimes)
     offsets: dict[str, dict[str, list[int]]] = {}
     first_offsets: dict[int, int] = {}
     span: list[int] = []
-    if raw_journal is not None:
-        for r in _extent(raw_journal):
-            offsets.setdefault(config.topic("journal"), {})[str(r["partition"])] = [
-                r["lo"], r["hi"] + 1]
-            first_offsets[r["partition"]] = r["lo"]
-            span += [r["first_ms"], r["last_ms"]]
+    for r in _extent(journal, "kafka_partition", "kafka_offset", "kafka_timestamp"):
+        offsets.setdefault(config.topic("journal"), {})[str(r["partition"])] = [
+            r["lo"], r["hi"] + 1]
+        first_offsets[r["partition"]] = r["lo"]
+        span += [r["first_ms"], r["last_ms"]]
     rows = sum(hi - lo for p in offsets.values() for lo, hi in p.values())
     progress.stage("journal read", rows=rows)
 
@@ -193,15 +201,11 @@ def _audit(spark: Any, config: KafkaConfig, args: argparse.Namespace, bounds: tu
                         + timedelta(seconds=args.margin))
     raw_links, links = read("links", start=link_start, end=link_end)
     if raw_links is not None and span:
-        for r in _extent(raw_links):
+        for r in _extent(raw_links, "partition", "offset", "timestamp"):
             offsets.setdefault(config.topic("links"), {})[str(r["partition"])] = [
                 r["lo"], r["hi"] + 1]
     progress.stage("link log read", rows=sum(
         hi - lo for lo, hi in offsets.get(config.topic("links"), {}).values()))
-    _, subscriptions = read("subscriptions")
-    _, access = read("access")
-    _, topics = read("topics")
-    _, acks = read("acks")
     progress.stage("registries read")
 
     note = ""
@@ -211,11 +215,9 @@ def _audit(spark: Any, config: KafkaConfig, args: argparse.Namespace, bounds: tu
         note = "no records in the window"
     if args.topic is not None and args.topic not in known_topics:
         note = f"unknown topic {args.topic}"
-    whole = start in (None, "earliest") and end in (None, "latest")
-    options = AuditOptions(
-        topic=args.topic, subscriber=args.subscriber, whole=whole, edge_ms=args.edge_ms,
-        from_start=tuple(p for p, lo in first_offsets.items() if lo == 0))
-    result = audit(spark, AuditInputs(journal, links, subscriptions, access, acks), options)
+    options = replace(options, from_start=tuple(p for p, lo in first_offsets.items() if lo == 0))
+    result = audit(spark, AuditInputs(journal, links, subscriptions, access, acks,
+                                      lifetimes=lifetimes), options)
     progress.stage("reconciled")
 
     result.findings.orderBy("category", "source", "source_seq", "link", "link_seq") \
@@ -239,14 +241,39 @@ def _audit(spark: Any, config: KafkaConfig, args: argparse.Namespace, bounds: tu
     return EXIT_CLEAN if summed.summary["clean"] else EXIT_FINDINGS
 
 
-def _extent(raw: Any) -> list[Any]:
-    """Per partition of a raw Kafka frame: first and last offset, first and last timestamp."""
+def _journal(spark: Any, config: KafkaConfig, present: bool, bounds: tuple[Any, Any],
+             lifetimes: list[Any]) -> Any:
+    """The window's journal decoded once and kept (job.keep_journal), straight from Kafka: no
+    copy of its Kafka rows is kept beside it. The Python fallback decodes only a record whose
+    schema fingerprint the JVM does not know; the kept rows say whether there is one (in SQL),
+    and only then is the window read and decoded again with it."""
+    from broker.spark.audit.job import keep_journal
+    from broker.spark.avro_decode import left_to_python
+    from broker.spark.journal_reader import decode_journal
+    from broker.spark.source import kafka_source
+
+    if not present:
+        return keep_journal(_empty(spark, "journal"), lifetimes)
+    start, end = bounds
+    journal = keep_journal(decode_journal(kafka_source(spark, config, "journal", start=start,
+                                                       end=end), python_fallback=False),
+                           lifetimes)
+    if left_to_python(journal):
+        journal.unpersist()
+        journal = keep_journal(decode_journal(kafka_source(
+            spark, config, "journal", start=start, end=end), python_fallback=True), lifetimes)
+    return journal
+
+
+def _extent(frame: Any, partition: str, offset: str, timestamp: str) -> list[Any]:
+    """Per Kafka partition of a frame (raw, or decoded with the Kafka coordinates under other
+    names): first and last offset, first and last timestamp."""
     from pyspark.sql import functions as F
 
-    rows: list[Any] = raw.groupBy("partition").agg(
-        F.min("offset").alias("lo"), F.max("offset").alias("hi"),
-        F.unix_millis(F.min("timestamp")).alias("first_ms"),
-        F.unix_millis(F.max("timestamp")).alias("last_ms")).collect()
+    rows: list[Any] = frame.groupBy(F.col(partition).alias("partition")).agg(
+        F.min(offset).alias("lo"), F.max(offset).alias("hi"),
+        F.unix_millis(F.min(timestamp)).alias("first_ms"),
+        F.unix_millis(F.max(timestamp)).alias("last_ms")).collect()
     return rows
 
 

@@ -41,13 +41,16 @@ from typing import Any
 
 from broker.codec import HEADER_LEN, MARKER, Codec, SchemaVersion, default_codec
 
-__all__ = ["BAD_MARKER", "decode_values", "needs_python", "record_column"]
+__all__ = ["BAD_MARKER", "UNKNOWN_FINGERPRINT", "decode_values", "left_to_python",
+           "needs_python", "record_column"]
 
 DataFrame = Any  # pyspark.sql.DataFrame; pyspark ships no type stubs mypy can use here
 Column = Any
 
 #: The Python codec's words for a value that is not single-object encoded.
 BAD_MARKER = "not an Avro single-object encoded record (bad marker)"
+#: How `python_fallback=False` begins the error of a row only the Python fallback could decode.
+UNKNOWN_FINGERPRINT = "record written with schema fingerprint "
 
 
 def record_column(name: str) -> str:
@@ -105,7 +108,7 @@ def decode_values(raw: DataFrame, names: Sequence[str], *, value: str = "value",
                          _fallback_type(list(names), rec_types))
         df = df.withColumn("_py", fallback(F.when(well_formed & ~known, val)))
     else:
-        unknown = F.concat(F.lit("record written with schema fingerprint "),
+        unknown = F.concat(F.lit(UNKNOWN_FINGERPRINT),
                            F.lower(F.hex(F.substring(val, 3, HEADER_LEN - 2))),
                            F.lit(f", which no shipped version of {' or '.join(names)} has"))
         df = df.withColumn("_py", F.struct(
@@ -142,6 +145,16 @@ def needs_python(raw: DataFrame, names: Sequence[str], *, value: str = "value",
     stranger = ((F.length(val) >= HEADER_LEN) & (F.substring(val, 1, 2) == F.lit(MARKER))
                 & ~header.isin(*fingerprints))
     return bool(raw.filter(stranger).limit(1).count() > 0)
+
+
+def left_to_python(decoded: DataFrame) -> bool:
+    """Whether a frame decoded with `python_fallback=False` holds a row the fallback would
+    have decoded (its error says its fingerprint is unknown): `needs_python`'s question asked
+    after the decode, of a kept frame, so that the Kafka rows need not be kept too."""
+    from pyspark.sql import functions as F
+
+    return bool(decoded.filter(F.col("decode_error").startswith(UNKNOWN_FINGERPRINT))
+                .limit(1).count() > 0)
 
 
 def _required_field(schema: Any) -> str:

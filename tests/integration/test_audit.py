@@ -354,6 +354,30 @@ def test_the_reconciliation_shuffles_no_kept_frame_again(history: KafkaConfig, t
     assert len(shuffles) <= 5, shuffles
 
 
+def test_the_journal_is_read_once_and_only_its_decoded_projection_kept(
+        history: KafkaConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launcher reads the journal's Kafka rows once, into the decoded, projected frame
+    every stage reads (job.keep_journal), and keeps no copy of the Kafka rows beside it: the
+    window's extent and the fallback question are asked of the kept rows. (Before, the raw rows
+    were cached too, and read once more to build the decoded copy.)"""
+    import broker.spark.source as source
+
+    real, journals = source.kafka_source, []
+
+    def recorded(spark: Any, config: KafkaConfig, role: str, **window: Any) -> Any:
+        frame = real(spark, config, role, **window)
+        if role == "journal":
+            journals.append(frame)
+        return frame
+
+    monkeypatch.setattr(source, "kafka_source", recorded)
+    code, _, _ = _audit(history, tmp_path)
+    assert code == 0
+    assert len(journals) == 1
+    level = journals[0].storageLevel
+    assert not (level.useMemory or level.useDisk), level
+
+
 def test_unknown_topic_and_empty_window_are_clean_empty_audits(history: KafkaConfig,
                                                                tmp_path: Path) -> None:
     code, summary, findings = _audit(history, tmp_path / "t", "--topic", "no.such")

@@ -48,8 +48,8 @@ from broker.spark.audit.findings import as_findings
 from broker.spark.audit.registry import FOREVER, Lifetime
 from common.errors import ApexpsError
 
-__all__ = ["PAIR_KEY", "carry", "delivered", "judge", "pair_findings", "pairs", "selector_keys",
-           "unpaired_deliveries"]
+__all__ = ["PAIR_KEY", "carry", "dated", "delivered", "judge", "pair_findings", "pairs",
+           "selector_keys", "unpaired_deliveries"]
 
 log = structlog.get_logger(__name__)
 
@@ -98,8 +98,18 @@ def _selector_column(keys: Mapping[tuple[str, str], int], fields: str = "fields"
     return F.coalesce(column.otherwise(F.lit(False)), F.lit(False))
 
 
+def dated() -> Column:
+    """True for a message whose expiration date only the Python reading decides (`0` and
+    `*` are decided in SQL, and no header is no expiry)."""
+    from pyspark.sql import functions as F
+
+    exp = F.col("expiration_date")
+    return exp.isNotNull() & ~exp.isin("*", "0")
+
+
 def pairs(messages: DataFrame, subs: DataFrame, ents: DataFrame,
-          keys: Mapping[tuple[str, str], int], edge_ms: int) -> DataFrame:
+          keys: Mapping[tuple[str, str], int], edge_ms: int, *, any_dated: bool = True,
+          ) -> DataFrame:
     """One row per (message, subscription to its topic) with the replayed decision: `in_life`,
     `allowed`, `selected`, `want`, `edge` (see the module doc).
 
@@ -114,12 +124,14 @@ def pairs(messages: DataFrame, subs: DataFrame, ents: DataFrame,
     # Only a message with a date reaches the Python reading of it (`0` and `*` are decided
     # here): the dated ones go through it apart, once per message, not once per pair (a Python
     # UDF inside a condition still runs on every row).
+    # `any_dated` False (the caller saw no dated message): no Python at all, and one pass.
     exp = F.col("expiration_date")
-    dated = exp.isNotNull() & ~exp.isin("*", "0")
-    messages = (messages.filter(dated)
-                .withColumn("_expires", F.udf(expires_ms, "bigint")(exp))
-                .unionByName(messages.filter(~dated)
-                             .withColumn("_expires", F.lit(None).cast("bigint"))))
+    rows = (messages.filter(~dated()) if any_dated else messages).withColumn(
+        "_expires", F.lit(None).cast("bigint"))
+    if any_dated:
+        rows = messages.filter(dated()).withColumn(
+            "_expires", F.udf(expires_ms, "bigint")(exp)).unionByName(rows)
+    messages = rows
     m, s, e = messages.alias("m"), F.broadcast(subs).alias("s"), F.broadcast(ents).alias("e")
     joined = m.join(s, F.col("m.topic") == F.col("s.topic"))
     verdict = joined.join(

@@ -33,8 +33,10 @@ from typing import Any
 
 from broker.spark.audit import acks, decisions, links, registry, sources
 from broker.spark.audit.findings import as_findings, millis
+from broker.spark.audit.sources import DIGEST
 
-__all__ = ["DEFAULT_EDGE_MS", "Audit", "AuditInputs", "AuditOptions", "audit"]
+__all__ = ["DEFAULT_EDGE_MS", "Audit", "AuditInputs", "AuditOptions", "audit", "keep_journal",
+           "subscription_lifetimes"]
 
 DataFrame = Any  # pyspark.sql.DataFrame
 SparkSession = Any
@@ -53,7 +55,9 @@ _JOURNAL_KEEP = ("kafka_partition", "kafka_offset", "kafka_timestamp", "kind", "
 
 @dataclass(frozen=True)
 class AuditInputs:
-    """Decoded frames (broker/spark/journal_reader.py, readers.py)."""
+    """Decoded frames (broker/spark/journal_reader.py, readers.py). `journal` as decoded, or
+    already kept (keep_journal: the launcher keeps it as it reads, to learn the window's extent
+    from the kept rows rather than from a second copy of the Kafka rows)."""
 
     journal: DataFrame
     links: DataFrame
@@ -61,6 +65,8 @@ class AuditInputs:
     access: DataFrame
     #: what subscribers acknowledged (readers.load_acks; None: no log to read)
     acks: DataFrame | None = None
+    #: subscription_lifetimes(subscriptions, options), when the launcher has them already
+    lifetimes: list[registry.Lifetime] | None = None
 
 
 @dataclass(frozen=True)
@@ -97,12 +103,25 @@ class Audit:
     acknowledged: DataFrame | None = None
 
 
-def _journal_once(journal: DataFrame, *, with_fields: bool) -> DataFrame:
-    """The journal as every stage reads it: the columns they use, `content` replaced by its
-    digest, fields extracted where a selector needs them (a Python pass: only then), kept."""
-    from broker.spark.audit.sources import DIGEST, content_digest
+def subscription_lifetimes(subscriptions: DataFrame, options: AuditOptions,
+                           ) -> list[registry.Lifetime]:
+    """The lifetimes the audit judges (after --topic and --subscriber), from the registry's
+    few rows collected on the driver."""
+    lifetimes = registry.lifetimes(_subscription_rows(subscriptions))
+    if options.topic is not None:
+        lifetimes = [s for s in lifetimes if s.topic == options.topic]
+    if options.subscriber is not None:
+        lifetimes = [s for s in lifetimes if s.subscriber == options.subscriber]
+    return lifetimes
 
-    if with_fields:
+
+def keep_journal(journal: DataFrame, lifetimes: list[registry.Lifetime]) -> DataFrame:
+    """The journal as every stage reads it: the columns they use, `content` replaced by its
+    digest, fields extracted where a selector of `lifetimes` needs them (a Python pass: only
+    then), kept. Lazy: the first action over it decodes and keeps it."""
+    from broker.spark.audit.sources import content_digest
+
+    if decisions.selector_keys(lifetimes):
         from broker.spark.fields import ensure_fields
 
         journal = ensure_fields(journal)
@@ -166,7 +185,11 @@ def _access_rows(access: DataFrame) -> list[dict[str, Any]]:
 #: adaptively, a kept frame no longer says how it is partitioned, so every later window,
 #: aggregate and join over it would shuffle its rows again, although they were partitioned for
 #: it once. (Spark's canChangeCachedPlanOutputPartitioning=false does not do it in 4.0.) The
-#: queries over the kept frames are still planned adaptively.
+#: queries over the kept frames are still planned adaptively, and so is the findings table,
+#: kept after: nothing groups it again but the summary's few rows, and adaptively its lookups
+#: of the journal's messages (the link log's faults' topics, the extras) see at run time that
+#: the faults are few (none, when clean) and skip the sort of every message a planned
+#: sort-merge join costs.
 _KEEP_PARTITIONING = "spark.sql.adaptive.enabled"
 
 
@@ -175,12 +198,14 @@ def audit(spark: SparkSession, inputs: AuditInputs, options: AuditOptions) -> Au
     before = spark.conf.get(_KEEP_PARTITIONING, None)
     spark.conf.set(_KEEP_PARTITIONING, "false")
     try:
-        return _audit(spark, inputs, options)
+        result = _audit(spark, inputs, options)
     finally:
         if before is None:
             spark.conf.unset(_KEEP_PARTITIONING)
         else:
             spark.conf.set(_KEEP_PARTITIONING, before)
+    result.findings = result.findings.cache()
+    return result
 
 
 def _audit(spark: SparkSession, inputs: AuditInputs, options: AuditOptions) -> Audit:
@@ -188,11 +213,8 @@ def _audit(spark: SparkSession, inputs: AuditInputs, options: AuditOptions) -> A
 
     # The registries, on the driver (first: whether any subscription selects decides
     # whether the journal needs its fields extracted).
-    lifetimes = registry.lifetimes(_subscription_rows(inputs.subscriptions))
-    if options.topic is not None:
-        lifetimes = [s for s in lifetimes if s.topic == options.topic]
-    if options.subscriber is not None:
-        lifetimes = [s for s in lifetimes if s.subscriber == options.subscriber]
+    lifetimes = (subscription_lifetimes(inputs.subscriptions, options)
+                 if inputs.lifetimes is None else inputs.lifetimes)
     keys = decisions.selector_keys(lifetimes)
     subs = spark.createDataFrame(
         [(s.label, s.subscriber, s.topic, s.link,
@@ -202,7 +224,8 @@ def _audit(spark: SparkSession, inputs: AuditInputs, options: AuditOptions) -> A
         "start_ms bigint, visible_ms bigint, end_ms bigint")
 
     # Each input decoded once, projected and kept (see the module doc).
-    journal = _journal_once(inputs.journal, with_fields=bool(keys))
+    journal = (inputs.journal if DIGEST in inputs.journal.columns
+               else keep_journal(inputs.journal, lifetimes))
     # The link log partitioned by link before it is kept: every link check (links.py) and the
     # deliveries' aggregation below then sort within partitions and shuffle nothing.
     link_log = _keep(inputs.links.repartition("link"))
@@ -222,9 +245,12 @@ def _audit(spark: SparkSession, inputs: AuditInputs, options: AuditOptions) -> A
     all_messages = _messages(journal)
     messages = (all_messages if options.topic is None
                 else all_messages.filter(F.col("topic") == options.topic)).cache()
-    tokened = {(r["topic"], r["permission_token"]) for r in messages.filter(
-        F.col("permission_token").isNotNull()).select("topic", "permission_token")
-        .distinct().collect()}
+    # One look at the messages for both: the tokens each topic's messages carry (for the
+    # token verdicts below), and whether any has a date only Python reads (decisions.pairs).
+    looked = messages.filter(F.col("permission_token").isNotNull() | decisions.dated()).select(
+        "topic", "permission_token", decisions.dated().alias("dated")).distinct().collect()
+    tokened = {(r["topic"], r["permission_token"]) for r in looked
+               if r["permission_token"] is not None}
     needed = {(s.subscriber, topic, token) for s in lifetimes for topic, token in tokened
               if s.topic == topic}
     ents = spark.createDataFrame(
@@ -250,14 +276,15 @@ def _audit(spark: SparkSession, inputs: AuditInputs, options: AuditOptions) -> A
     found.append(log_faults.select(*found[0].columns))
 
     # The decisions.
-    pair_rows = decisions.carry(decisions.pairs(messages, subs, ents, keys, options.edge_ms)
+    pair_rows = decisions.carry(decisions.pairs(messages, subs, ents, keys, options.edge_ms,
+                                                any_dated=any(r["dated"] for r in looked))
                                 .repartition(*decisions.PAIR_KEY), carried).cache()
     judged = decisions.judge(pair_rows, [(s.label, s.subscriber) for s in lifetimes]).cache()
     found.append(decisions.pair_findings(judged))
     covered = stats.join(holes.groupBy("source").agg(
         F.collect_list(F.struct("from_seq", "to_seq")).alias("holes")), "source", "left")
     unpaired = decisions.unpaired_deliveries(carried, all_messages, judged, covered,
-                                             whole=options.whole, topic=options.topic).cache()
+                                             whole=options.whole, topic=options.topic)
     found.append(unpaired)
     found.append(_decode_errors({"journal": journal, "links": link_log,
                                  "subscriptions": inputs.subscriptions,
@@ -266,7 +293,7 @@ def _audit(spark: SparkSession, inputs: AuditInputs, options: AuditOptions) -> A
     findings = found[0]
     for more in found[1:]:
         findings = findings.unionByName(more)
-    return Audit(findings=findings.cache(), source_stats=stats, holes=holes,
+    return Audit(findings=findings, source_stats=stats, holes=holes,
                  messages=messages, pairs=pair_rows, judged=judged, unpaired=unpaired,
                  lifetimes=lifetimes,
                  acknowledged=acks.acknowledgements(records, inputs.acks))
