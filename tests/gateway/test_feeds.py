@@ -15,6 +15,7 @@ from adapters.client.pubsub_client import Delivered, LinkListener, LinkTraffic
 from adapters.client.robust_client import Message
 from adapters.gateway._api import ReplayBuffer, SubscribeRequest
 from adapters.gateway._feeds import Feed
+from adapters.gateway._upstream import Upstream
 from broker.records import PublishType
 
 LINK = "web/gw-1@example.com"
@@ -77,7 +78,8 @@ class _Robust:
 
 def _feed(replay: int = 8, stream_limit: int = 4) -> tuple[Feed, _Client, _Robust]:
     client, robust = _Client(), _Robust()
-    feed = Feed("f1", "web", SubscribeRequest("q"), client, robust,  # type: ignore[arg-type]
+    feed = Feed("f1", "web", SubscribeRequest("q"),
+                Upstream(client, robust),  # type: ignore[arg-type]
                 ReplayBuffer(replay), stream_limit)
     feed.start()
     return feed, client, robust
