@@ -499,6 +499,7 @@ class Feeds:
             raise
         session = UserSession(who, client, robust)
         session.start()
+        await session.batch_notifies()
         log.info("gateway session", user=who.user, link=session.link)
         return session
 
