@@ -184,3 +184,21 @@ def test_replay_buffer_epochs() -> None:
     # a first delivery in a later epoch (the feed started after a reset) is no reset
     fresh = ReplayBuffer(2)
     assert fresh.next_epoch(5) is False and fresh.epoch == 5
+
+
+def test_a_shared_link_refill_asks_for_its_own_seqs_and_keeps_only_them() -> None:
+    """On a user's shared link a watch's deliveries are not consecutive (link seqs 1, 3, 5 …
+    here; the even ones are other watches'): a refill groups them into gap requests that span
+    at most the max gap (3), skips the seqs between groups, and keeps only the feed's own seqs
+    of what comes back, under their delivery numbers."""
+    async def body() -> None:
+        feed, client, robust = _feed(replay=2)
+        _send(robust, 1, 3, 5, 7, 9, 11, 20, 40)
+        await _settle(robust)
+        got = await feed.refill(1, 8)
+        assert [seq for seq, _ in got] == list(range(1, 9))
+        assert client.gaps == [(1, 3), (5, 7), (9, 11), (20, 20), (40, 40)]
+        assert [e.split(b'"seq":')[1].split(b",")[0] for _, e in got] == [
+            b"1", b"3", b"5", b"7", b"9", b"11", b"20", b"40"]
+        assert feed.refilled == 8
+    asyncio.run(body())
