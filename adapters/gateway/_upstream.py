@@ -49,6 +49,7 @@ import structlog
 
 from adapters.apex.events_codec import NotifyDoc, decode_events
 from adapters.client.pubsub_client import Delivered, LinkTraffic, PubsubClient
+from adapters.client.reconnect import ConnectionEvent, Reconnected, ReconnectingApexClient
 from adapters.client.robust_client import Message, RobustSubscriber
 from broker.names import NOTIFY_TOPIC
 from common.errors import ApexpsError
@@ -150,6 +151,16 @@ class UserSession(Upstream):
         self._tasks = [
             asyncio.create_task(self._follow(), name=f"gateway-session-{self.link}"),
             asyncio.create_task(self._drain(), name=f"gateway-session-events-{self.link}")]
+        if isinstance(self.client.client, ReconnectingApexClient):
+            self.client.client.add_listener(self._reconnected)
+
+    def _reconnected(self, event: ConnectionEvent) -> None:
+        """A restarted broker keeps the notify subscription (it is journaled) but not the
+        packing, which lives in its memory: ask again."""
+        if isinstance(event, Reconnected) and not self.closing:
+            task = asyncio.create_task(self.batch_notifies())
+            self._tasks.append(task)
+            task.add_done_callback(self._tasks.remove)
 
     async def batch_notifies(self) -> None:
         """Make the link's notify subscription ourselves, before the first watch, asking for
@@ -163,7 +174,7 @@ class UserSession(Upstream):
             await self.client.subscribe(NOTIFY_TOPIC, MAX_DURATION, link=self.link,
                                         selector="link = '" + self.link.replace("'", "''")
                                         + "'")
-        except ApexpsError as exc:
+        except (ApexpsError, OSError, TimeoutError) as exc:
             log.info("gateway session without packed Notifies", link=self.link,
                      error=str(exc))
 
@@ -196,7 +207,9 @@ class UserSession(Upstream):
     async def close(self) -> None:
         self.closing = True
         self.feeds.clear()
-        for task in self._tasks:
+        if isinstance(self.client.client, ReconnectingApexClient):
+            self.client.client.remove_listener(self._reconnected)
+        for task in list(self._tasks):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task

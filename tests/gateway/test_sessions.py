@@ -7,6 +7,9 @@ user's session."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +18,10 @@ import pytest
 from adapters.gateway import Auth
 from broker.kafka_io import KafkaConfig
 from broker.records import PublishType
-from tests.gateway.live import TIMEOUT, Bench, bench, take
+from tests.gateway.live import TIMEOUT, Bench, bench, bench_on, take
 from tests.gateway.sse import SseReader
 from tests.gateway.test_http import run
+from tests.integration.broker_process import start_broker
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -117,4 +121,61 @@ def test_one_session_per_user_and_no_watch_crosses_users(kafka_config: KafkaConf
             assert [s.user for s in b.gateway.feeds.sessions] == ["bob"]
             for reader in readers.values():
                 reader.close()
+    run(body())
+
+
+@pytest.mark.parametrize("replay", [1024, 1], ids=["from-buffer", "by-gap-fill"])
+def test_watches_sharing_a_session_across_a_broker_kill_9(kafka_config: KafkaConfig,
+                                                          replay: int) -> None:
+    """Two watches on one session read their current state and two updates each (ids 1..3),
+    their streams go away, the broker is killed with SIGKILL and started again on its port,
+    the items change again; each stream comes back with Last-Event-ID 3 and gets exactly its
+    own missed Notifies (A: 4, 5; B: 4), then a live one, once. With a buffer of 1, A's 4
+    comes by gap fill of the shared link's new epoch."""
+    async def body() -> None:
+        ns = kafka_config.namespace
+        args = ("--heartbeat-ms", "600000")
+        proc, port = await start_broker(kafka_config.bootstrap, *args, namespace=ns, logs=False)
+        try:
+            async with bench_on(port, replay=replay) as b:
+                await b.pub.create_topic("g.k9")
+                for item in ("A", "B"):
+                    await b.pub.publish("g.k9", b"<v n='0' />", "application/xml",
+                                        publish_type=PublishType.IMAGE, message_id=item,
+                                        implicit=False)
+                subs = {r: await _watch(b, r, {}) for r in ("g.k9/A", "g.k9/B")}
+                assert len(b.gateway.feeds.sessions) == 1
+                readers = {r: await b.stream(sub) for r, sub in subs.items()}
+                for n in (1, 2):
+                    for r in subs:
+                        await _update(b, r, n)
+                for reader in readers.values():
+                    assert [e.id for e in await take(reader, 3)] == [1, 2, 3]
+                    reader.close()
+                os.kill(proc.pid, signal.SIGKILL)
+                await proc.wait()
+                proc, _ = await start_broker(kafka_config.bootstrap, *args, namespace=ns,
+                                             logs=False, port=port)
+                for r, n in (("g.k9/A", 3), ("g.k9/B", 3), ("g.k9/A", 4)):
+                    await _update(b, r, n)  # the publisher reconnects too
+                # A's 5 is in the gateway once a stream after 4 has it: with a buffer of
+                # one, A's 4 is then the broker's to give again
+                probe = await b.stream(subs["g.k9/A"], last=4)
+                assert [e.id for e in await take(probe, 1)] == [5]
+                probe.close()
+                readers = {r: await b.stream(sub, last=3) for r, sub in subs.items()}
+                await _update(b, "g.k9/B", 5)
+                for r, want in (("g.k9/A", ["3", "4"]), ("g.k9/B", ["3", "5"])):
+                    got = await take(readers[r], 2)
+                    assert [e.id for e in got] == [4, 5], r
+                    assert [e.data["resource"] for e in got] == [r, r]
+                    assert [e.data["versions"][-1]["content"] for e in got] == [
+                        f"<v n='{n}' />" for n in want]
+                    readers[r].close()
+                refilled = b.gateway.feeds.feeds[subs["g.k9/A"]["id"]].refilled
+                assert refilled == (1 if replay == 1 else 0)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
     run(body())
