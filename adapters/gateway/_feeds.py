@@ -484,7 +484,7 @@ class Feeds:
                 if self.sessions.get(who) is opening:
                     del self.sessions[who]
                 raise
-            if not session.closing:
+            if not (session.closing or session.gone):
                 session.holds += 1
                 return session
             if self.sessions.get(who) is opening:
@@ -498,6 +498,7 @@ class Feeds:
             await client.close()
             raise
         session = UserSession(who, client, robust)
+        session.on_gone = self._forget
         session.start()
         await session.batch_notifies()
         log.info("gateway session", user=who.user, link=session.link)
@@ -516,12 +517,16 @@ class Feeds:
         if session.holds == 0 and not session.closing:
             await self._drop(session)
 
-    def _drop(self, session: UserSession) -> asyncio.Task[None]:
-        session.closing = True
+    def _forget(self, session: UserSession) -> None:
+        """The session is no longer the user's: the next watch opens another."""
         opening = self.sessions.get(session.key)
         if opening is not None and opening.done() and not opening.cancelled() \
                 and opening.exception() is None and opening.result() is session:
             del self.sessions[session.key]
+
+    def _drop(self, session: UserSession) -> asyncio.Task[None]:
+        session.closing = True
+        self._forget(session)
         task = asyncio.create_task(session.close())
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)

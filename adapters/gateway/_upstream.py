@@ -141,6 +141,10 @@ class UserSession(Upstream):
         #: feeds and subscribes in progress that hold the session open
         self.holds = 0
         self.closing = False
+        #: the connection is gone for good: no new watch may come here (the feeds on it end)
+        self.gone = False
+        #: told when the connection is gone for good
+        self.on_gone: Callable[[UserSession], None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         #: Notifies dropped for a watch id the session does not hold
         self.strays = 0
@@ -194,6 +198,9 @@ class UserSession(Upstream):
                 pass
         except ApexpsError as exc:
             log.error("gateway session ended", link=self.link, error=str(exc))
+            self.gone = True
+            if self.on_gone is not None:
+                self.on_gone(self)
             for feed in list(self.feeds.values()):
                 feed.end_streams("feed ended")
 

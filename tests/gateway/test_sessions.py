@@ -13,9 +13,12 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
-from adapters.gateway import Auth
+from adapters.client.pubsub_client import PubsubClient
+from adapters.client.reconnect import ReconnectPolicy
+from adapters.gateway import Auth, Gateway
 from broker.kafka_io import KafkaConfig
 from broker.records import PublishType
 from tests.gateway.live import TIMEOUT, Bench, bench, bench_on, take
@@ -174,6 +177,41 @@ def test_watches_sharing_a_session_across_a_broker_kill_9(kafka_config: KafkaCon
                     readers[r].close()
                 refilled = b.gateway.feeds.feeds[subs["g.k9/A"]["id"]].refilled
                 assert refilled == (1 if replay == 1 else 0)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+    run(body())
+
+
+def test_a_session_gone_for_good_gives_way_to_a_new_one(kafka_config: KafkaConfig) -> None:
+    """The broker is killed and stays away longer than the gateway's reconnect policy allows:
+    the user's session is gone for good and its watch's stream ends; with the broker back, the
+    user's next watch gets a new session (not 503 from the dead one) and its Notifies."""
+    async def body() -> None:
+        ns = kafka_config.namespace
+        proc, port = await start_broker(kafka_config.bootstrap, namespace=ns, logs=False)
+        try:
+            gateway = Gateway("127.0.0.1", port, reconnect=ReconnectPolicy(
+                wait=0.01, wait_max=0.02, max_attempts=2))
+            async with gateway, aiohttp.ClientSession() as http:
+                pub = await PubsubClient.connect("127.0.0.1", port, "pub@example.com")
+                await pub.create_topic("g.gone")
+                await pub.close()
+                b = Bench(gateway, http, pub)
+                first = await _watch(b, "g.gone/A", {})
+                reader = await b.stream(first)
+                await take(reader, 1)
+                os.kill(proc.pid, signal.SIGKILL)
+                await proc.wait()
+                assert await asyncio.wait_for(reader.next(), TIMEOUT) is None
+                assert gateway.feeds.sessions == {}
+                proc, _ = await start_broker(kafka_config.bootstrap, namespace=ns,
+                                             logs=False, port=port)
+                second = await _watch(b, "g.gone/B", {})
+                assert second["link"] != first["link"]
+                (current,) = await take(await b.stream(second), 1)
+                assert current.data["current"] and current.data["subscription"] == second["id"]
         finally:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
