@@ -23,13 +23,9 @@ the same thing before and after a broker crash, and the stream goes on with noth
 nothing twice. Each event's JSON still names its link seq and epoch.
 
 A stream that opens after delivery N is owed every delivery after N. The buffer holds the
-latest ones; for older ones the feed asks the broker again (gap fill) on its upstream: `_runs`
-remembers, for runs of deliveries whose link seqs rose by one, where they sit on the link
-(epoch, first seq), so delivery numbers translate to link seqs and back. On a topic link the
-runs are long; on a shared link they are mostly one delivery each, and the feed groups them into
-gap requests of at most the service's max gap seqs, keeping only its own seqs of what comes
-back (`Upstream.refetch`). The runs are bounded (`MAX_RUNS`): deliveries older than they reach
-are answered as a refill the broker refused.
+latest ones; for older ones the feed asks the broker again (gap fill) on its upstream:
+`LinkPositions` (`_positions.py`) remembers where its deliveries sat on the link and makes the
+gap requests, and `Upstream.refetch` keeps only the feed's own seqs of what comes back.
 """
 
 from __future__ import annotations
@@ -38,7 +34,7 @@ import asyncio
 import contextlib
 import secrets
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +45,7 @@ from adapters.apex.events_codec import NotifyDoc, WatchReply
 from adapters.client.pubsub_client import Ended, PubsubClient
 from adapters.client.robust_client import Message, RobustSubscriber
 from broker.events import State
-from common.errors import ApexpsError, LinkContextGone, ReplyCode, ServiceNotAvailable
+from common.errors import ApexpsError, ReplyCode, ServiceNotAvailable
 
 from ._api import (
     DEFAULT_REPLAY,
@@ -60,6 +56,7 @@ from ._api import (
     sse_end,
     sse_event,
 )
+from ._positions import LinkPositions
 from ._upstream import Credentials, Upstream, UserSession, notify_of
 
 __all__ = ["CONTROL", "DEFAULT_STREAM_QUEUE", "Connector", "Credentials", "Feed", "Feeds",
@@ -74,43 +71,6 @@ DEFAULT_STREAM_QUEUE = 256
 CONTROL = -1
 #: Subscriptions the gateway holds at once.
 DEFAULT_MAX_FEEDS = 2000
-#: Runs of link positions a feed remembers for refills (a run ends at each heartbeat or reset,
-#: and on a shared link at nearly every delivery): older deliveries than these are answered as
-#: a refill the broker refused. About 60 octets each.
-MAX_RUNS = 4096
-
-
-@dataclass(slots=True)
-class _Run:
-    """Deliveries first_id.. (count of them) carried link seqs first_seq.. of `epoch`."""
-
-    first_id: int
-    epoch: int | None
-    first_seq: int
-    count: int
-
-
-@dataclass(slots=True)
-class _Chunk:
-    """One gap request of a refill: link seqs first..last of `epoch`, of which the feed's are
-    the segments (first seq, last seq, first delivery number)."""
-
-    epoch: int | None
-    first: int
-    last: int
-    segments: list[tuple[int, int, int]]
-
-    def ident(self, seq: int) -> int | None:
-        """The delivery number of link seq `seq` (None: not one of the feed's)."""
-        for a, b, ident in self.segments:
-            if a <= seq <= b:
-                return ident + seq - a
-        return None
-
-    def wants(self, seq: int) -> bool:
-        return self.ident(seq) is not None
-
-
 #: Opens a BEEP session to the broker attached as the endpoint, for that user's credentials.
 Connector = Callable[[Endpoint, Credentials], Awaitable[PubsubClient]]
 
@@ -183,10 +143,8 @@ class Feed:
     refilled: int = 0
     #: a resource feed: the broker's answer to its watch (the granted Expires)
     watch: WatchReply | None = None
-    #: the number the next delivery gets (its SSE event id)
-    _next_id: int = 1
-    #: where recent deliveries sit on the link (see the module docstring)
-    _runs: deque[_Run] = field(default_factory=lambda: deque(maxlen=MAX_RUNS))
+    #: delivery numbers (the SSE event ids), and where recent deliveries sit on the link
+    positions: LinkPositions = field(default_factory=LinkPositions)
     _ended: bool = False
 
     @property
@@ -264,7 +222,7 @@ class Feed:
         offered to every stream; a terminated Notify then ends the feed."""
         if self._ended:
             return
-        seq = self._number(message.stamp.epoch, message.stamp.link_seq)
+        seq = self.positions.number(message.stamp.epoch, message.stamp.link_seq)
         event = self.render(message, seq, notify)
         self.buffer.add(seq, event)
         for stream in list(self.streams):
@@ -282,43 +240,6 @@ class Feed:
         except ApexpsError as exc:
             log.error("gateway feed ended", subscription=self.id, error=str(exc))
         self.end_streams("feed ended")
-
-    def _number(self, epoch: int | None, link_seq: int) -> int:
-        """The next delivery number, noting where the delivery sits on the link."""
-        ident = self._next_id
-        self._next_id += 1
-        last = self._runs[-1] if self._runs else None
-        if (last is not None and last.epoch == epoch
-                and last.first_seq + last.count == link_seq
-                and last.first_id + last.count == ident):
-            last.count += 1
-        else:
-            self._runs.append(_Run(ident, epoch, link_seq, 1))
-        return ident
-
-    def _chunks(self, lo: int, hi: int, most: int) -> Iterator[_Chunk]:
-        """Deliveries lo..hi as gap requests of at most `most` link seqs each (module
-        docstring); `LinkContextGone` for deliveries older than the runs remembered (the stream
-        then ends as for a refill the broker refused)."""
-        runs = [r for r in self._runs if r.first_id + r.count > lo and r.first_id <= hi]
-        if not runs or runs[0].first_id > lo:
-            raise LinkContextGone(f"deliveries from {lo} are older than this gateway keeps")
-        chunk: _Chunk | None = None
-        for run in runs:
-            a, b = max(lo, run.first_id), min(hi, run.first_id + run.count - 1)
-            seq, last_seq = run.first_seq + a - run.first_id, run.first_seq + b - run.first_id
-            while seq <= last_seq:
-                if chunk is None or chunk.epoch != run.epoch or seq - chunk.first >= most:
-                    if chunk is not None:
-                        yield chunk
-                    chunk = _Chunk(run.epoch, seq, seq, [])
-                end = min(last_seq, chunk.first + most - 1)
-                chunk.segments.append((seq, end, a))
-                chunk.last = end
-                a += end - seq + 1
-                seq = end + 1
-        if chunk is not None:
-            yield chunk
 
     def open_stream(self, after: int | None) -> tuple[Stream, tuple[int, int] | None]:
         """A new reader that saw everything up to `after`: the buffered deliveries after it
@@ -340,7 +261,7 @@ class Feed:
         in order."""
         most = max(1, (await self.client.capabilities()).max_gap)
         out: list[tuple[int, bytes]] = []
-        for chunk in self._chunks(lo, hi, most):
+        for chunk in self.positions.chunks(lo, hi, most):
             got = await self.upstream.refetch(chunk.epoch, chunk.first, chunk.last,
                                               chunk.wants)
             for m in got:
