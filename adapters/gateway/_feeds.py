@@ -145,7 +145,8 @@ class Feed:
     watch: WatchReply | None = None
     #: delivery numbers (the SSE event ids), and where recent deliveries sit on the link
     positions: LinkPositions = field(default_factory=LinkPositions)
-    _ended: bool = False
+    #: the broker ended the subscription, or the feed was closed
+    ended: bool = False
 
     @property
     def client(self) -> PubsubClient:
@@ -182,7 +183,7 @@ class Feed:
             return  # the connection is gone for good: the pump says so
 
     def _ended_by_broker(self, why: str) -> None:
-        self._ended = True
+        self.ended = True
         log.info("gateway subscription ended by the broker", subscription=self.id,
                  user=self.user, topic=self.request.topic, reason=why)
         end = sse_end(why)
@@ -220,7 +221,7 @@ class Feed:
     def deliver(self, message: Message, notify: NotifyDoc | None = None) -> None:
         """The feed's next delivery (in link order, each once): numbered, rendered once, kept,
         offered to every stream; a terminated Notify then ends the feed."""
-        if self._ended:
+        if self.ended:
             return
         seq = self.positions.number(message.stamp.epoch, message.stamp.link_seq)
         event = self.render(message, seq, notify)
@@ -253,7 +254,10 @@ class Feed:
         stream = Stream(len(owed.items) + self.stream_limit)
         for seq, event in owed.items:
             stream.offer(seq, event)
-        self.streams.add(stream)
+        if self.ended:  # what it held, and no more
+            stream.close("ended")
+        else:
+            self.streams.add(stream)
         return stream, owed.gap
 
     async def refill(self, lo: int, hi: int) -> list[tuple[int, bytes]]:
@@ -277,7 +281,7 @@ class Feed:
         stream.close("closed")
 
     async def close(self, *, cancel: bool) -> None:
-        self._ended = True
+        self.ended = True
         self.end_streams("cancelled")
         if self.session is not None and self.session.feeds.get(self.id) is self:
             del self.session.feeds[self.id]  # its final Notify is nobody's now
@@ -338,6 +342,10 @@ class Feeds:
         feed.on_end = self._ended
         feed.start()
         self.feeds[ident] = feed
+        if feed.ended:
+            # A watch's Notifies reach the feed from the moment the watch is sent, so its
+            # terminated one (the resource deleted in between) may have come already.
+            self._ended(feed)
         log.info("gateway subscribed", subscription=ident, user=who.user, topic=request.topic,
                  link=feed.link)
         return feed

@@ -202,3 +202,23 @@ def test_a_shared_link_refill_asks_for_its_own_seqs_and_keeps_only_them() -> Non
             b"1", b"3", b"5", b"7", b"9", b"11", b"20", b"40"]
         assert feed.refilled == 8
     asyncio.run(body())
+
+
+def test_an_ended_feed_serves_what_it_held_and_no_more() -> None:
+    """Once the broker ended the subscription (here before anyone read it: a watch's
+    terminated Notify may come before the gateway's answer to the POST), a stream opened on
+    the feed gets what the buffer holds and is closed, not left waiting; later deliveries are
+    not taken."""
+    async def body() -> None:
+        feed, _, robust = _feed()
+        _send(robust, 1, 2)
+        await _settle(robust)
+        feed._ended_by_broker("gone")
+        assert feed.ended
+        stream, gap = feed.open_stream(0)
+        assert gap is None and await _drain(stream) == [1, 2]
+        assert stream.closed == "ended" and await stream.get() is None
+        assert stream not in feed.streams
+        feed.deliver(Message(_stamp(3), b"m3", "text/plain"))
+        assert feed.buffer.last == 2
+    asyncio.run(body())
