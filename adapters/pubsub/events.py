@@ -166,7 +166,8 @@ class EventNotifier:
     def _restore(self) -> None:
         """Rebuild the watches from their WKT=Subscriptions messages, which the item store
         recovered from Kafka (§7): each live one as it was granted, with what was left of its
-        Expires; one that expired while the service was down ends now, with reason timeout."""
+        Expires; one that expired while the service was down ends now, with reason timeout; a
+        pending one the access entries now allow starts now."""
         items = self.handler.items
         if items is None:
             return
@@ -181,6 +182,8 @@ class EventNotifier:
         if restored:
             log.info("watches restored", watches=restored)
         self.emit(self.table.expire_due(self.handler.service.now()))
+        # entries may have changed while the service was down (or the file it starts with)
+        self.access_changed()
 
     async def close(self) -> None:
         if self._task is not None:

@@ -272,3 +272,36 @@ def test_pending_and_decided_watches_survive_a_restart(kafka_config: KafkaConfig
     """A restarted broker has the pending watch still pending (and decidable), the approved
     one active and the rejected one gone, and WKT=Subscriptions says so."""
     asyncio.run(_restart(kafka_config))
+
+
+async def _restart_on_access(config: KafkaConfig, denied: str, allowed: str) -> None:
+    def table() -> WatchTable:
+        return WatchTable(pending_on_access=True)
+
+    async with BrokerApp(config, robust=QUIET, access_file=denied, events=table()) as app:
+        connect = lambda who: PubsubClient.connect("127.0.0.1", app.port, who)  # noqa: E731
+        pub, sam = await connect("pub@example.com"), await connect("sam@example.com")
+        await pub.create_topic(TOPIC)
+        events = sam.events()
+        assert (await sam.watch(f"{TOPIC}/A", {2}, 3600, watch_id="s")).code == 250
+        await pending_notify(events)
+        for c in (pub, sam):
+            await c.close()
+    # the broker comes back with entries that allow sam: the pending watch starts at once
+    waiting = table()
+    async with BrokerApp(config, robust=QUIET, access_file=allowed, events=waiting) as app:
+        sam = await PubsubClient.connect("127.0.0.1", app.port, "sam@example.com")
+        events = sam.events()
+        started, _ = await next_notify(events)
+        assert (started.watch_id, started.state, started.current) == ("s", State.ACTIVE, True)
+        await sam.close()
+
+
+def test_a_pending_watch_starts_when_the_restarted_broker_allows_it(
+        kafka_config: KafkaConfig, tmp_path: Path) -> None:
+    """`--pending-watches` across a restart: a watch that waited for the entries comes back
+    pending and starts when the entries the broker starts with allow it."""
+    denied, allowed = tmp_path / "denied.xml", tmp_path / "allowed.xml"
+    denied.write_text(ACCESS)
+    allowed.write_text(ACCESS.replace("tokens='pubsub:subscribe'", "tokens='pubsub:createtopic'"))
+    asyncio.run(_restart_on_access(kafka_config, str(denied), str(allowed)))
