@@ -354,6 +354,28 @@ def test_the_reconciliation_shuffles_no_kept_frame_again(history: KafkaConfig, t
     assert len(shuffles) <= 5, shuffles
 
 
+def test_no_python_runs_in_the_reconciliation_of_undated_messages(
+        history: KafkaConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No message of the small history has an expiration date, so the expiry's Python
+    reading (decisions.pairs) is not in the plan: neither the pairs' nor the findings' plan
+    evaluates a Python UDF (before, every audit ran it, over the dated messages' empty half of
+    a union that also scanned the messages twice)."""
+    import broker.spark.audit as package
+
+    real = package.audit
+
+    def planned(*args: Any, **kwargs: Any) -> Any:
+        raise _Planned(real(*args, **kwargs))
+
+    monkeypatch.setattr(package, "audit", planned)
+    with pytest.raises(_Planned) as got:
+        main(["audit", "--bootstrap", history.bootstrap, "--namespace", history.namespace,
+              "--out", str(tmp_path)])
+    for frame in (got.value.result.pairs, got.value.result.findings):
+        plan = frame._jdf.queryExecution().executedPlan().toString()
+        assert "BatchEvalPython" not in plan and "ArrowEvalPython" not in plan
+
+
 def test_the_journal_is_read_once_and_only_its_decoded_projection_kept(
         history: KafkaConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The launcher reads the journal's Kafka rows once, into the decoded, projected frame
