@@ -124,7 +124,10 @@ def _wanted(spark: Any, messages: list[tuple[Any, ...]], subscribers: tuple[str,
          for seq, exp, fields, dt in messages], MESSAGES)
     subs = spark.createDataFrame(
         [(s, s, topic, s, None, 0, 0, FOREVER) for s in subscribers], SUBS)
-    rows = decisions.pairs(msgs, subs, spark.createDataFrame([], ENTS), {}, edge_ms).collect()
+    # (as the job does: whether any message is dated decides whether the expiry is read)
+    _, any_dated = decisions.tokens_and_dates(msgs)
+    rows = decisions.pairs(msgs, subs, spark.createDataFrame([], ENTS), {}, edge_ms,
+                           any_dated=any_dated).collect()
     return {(r["subscriber"], r["source_seq"]): "edge" if r["edge"] else r["want"] for r in rows}
 
 

@@ -49,7 +49,7 @@ from broker.spark.audit.registry import FOREVER, Lifetime
 from common.errors import ApexpsError
 
 __all__ = ["PAIR_KEY", "carry", "dated", "delivered", "judge", "pair_findings", "pairs",
-           "selector_keys", "unpaired_deliveries"]
+           "selector_keys", "tokens_and_dates", "unpaired_deliveries"]
 
 log = structlog.get_logger(__name__)
 
@@ -105,6 +105,18 @@ def dated() -> Column:
 
     exp = F.col("expiration_date")
     return exp.isNotNull() & ~exp.isin("*", "0")
+
+
+def tokens_and_dates(messages: DataFrame) -> tuple[set[tuple[str, str]], bool]:
+    """One look at `messages` for two questions: the (topic, permission token) pairs they
+    carry (the token verdicts the registry must give), and whether any is `dated()` (pairs'
+    `any_dated`). A job over the few distinct answers, collected."""
+    from pyspark.sql import functions as F
+
+    rows = (messages.filter(F.col("permission_token").isNotNull() | dated())
+            .select("topic", "permission_token", dated().alias("dated")).distinct().collect())
+    return ({(r["topic"], r["permission_token"]) for r in rows
+             if r["permission_token"] is not None}, any(r["dated"] for r in rows))
 
 
 def pairs(messages: DataFrame, subs: DataFrame, ents: DataFrame,

@@ -245,12 +245,7 @@ def _audit(spark: SparkSession, inputs: AuditInputs, options: AuditOptions) -> A
     all_messages = _messages(journal)
     messages = (all_messages if options.topic is None
                 else all_messages.filter(F.col("topic") == options.topic)).cache()
-    # One look at the messages for both: the tokens each topic's messages carry (for the
-    # token verdicts below), and whether any has a date only Python reads (decisions.pairs).
-    looked = messages.filter(F.col("permission_token").isNotNull() | decisions.dated()).select(
-        "topic", "permission_token", decisions.dated().alias("dated")).distinct().collect()
-    tokened = {(r["topic"], r["permission_token"]) for r in looked
-               if r["permission_token"] is not None}
+    tokened, any_dated = decisions.tokens_and_dates(messages)
     needed = {(s.subscriber, topic, token) for s in lifetimes for topic, token in tokened
               if s.topic == topic}
     ents = spark.createDataFrame(
@@ -277,7 +272,7 @@ def _audit(spark: SparkSession, inputs: AuditInputs, options: AuditOptions) -> A
 
     # The decisions.
     pair_rows = decisions.carry(decisions.pairs(messages, subs, ents, keys, options.edge_ms,
-                                                any_dated=any(r["dated"] for r in looked))
+                                                any_dated=any_dated)
                                 .repartition(*decisions.PAIR_KEY), carried).cache()
     judged = decisions.judge(pair_rows, [(s.label, s.subscriber) for s in lifetimes]).cache()
     found.append(decisions.pair_findings(judged))
