@@ -708,14 +708,17 @@ class Tail:
     """
 
     def __init__(self, config: KafkaConfig, topic: str,
-                 start: dict[int, int] | None = None) -> None:
+                 start: dict[int, int] | None = None, *,
+                 fetch_wait_ms: int = TAIL_FETCH_WAIT_MS, fetch_min_bytes: int = 1) -> None:
+        """`fetch_wait_ms`, `fetch_min_bytes`: Kafka answers a fetch once it has that many
+        bytes for it or has waited that long; the defaults answer at the first record."""
         self._c = Consumer(config.client_conf(**{
             "group.id": f"apexps-tail-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "enable.partition.eof": False,
-            "fetch.wait.max.ms": TAIL_FETCH_WAIT_MS,
-            "fetch.min.bytes": 1,
+            "fetch.wait.max.ms": fetch_wait_ms,
+            "fetch.min.bytes": fetch_min_bytes,
         }))
         parts = partition_count(config, topic)
         offsets = {p: _watermarks(self._c, topic, p)[1] for p in range(parts)}
