@@ -110,6 +110,11 @@ class JournalFollower:
                     known = acked[part] = {}
                 known[offset] = entry
 
+    def acked_held(self) -> int:
+        """Acknowledged entries handed over and not yet taken or dropped."""
+        with self._acked_lock:
+            return sum(len(known) for known in self._acked.values())
+
     def when_read(self, callback: Callable[[], None]) -> None:
         """Call `callback` once everything the journal holds now has been handed to `deliver`
         (whatever its kind: a record that forwards nothing still counts as read). It runs in
