@@ -711,11 +711,12 @@ class Tail:
     live fan-out: `poll()` returns what arrived, waiting at most `timeout_s` for the first.
 
     Assigned, never subscribed and never committing: where a follower resumes is its owner's
-    business (the journal is the record). This is the publish→deliver path, and a fetch with
-    `fetch.min.bytes` 1 is answered as soon as a record arrives, however long it may wait: so
-    the wait is long (`TAIL_FETCH_WAIT_MS`), and an idle tail asks Kafka ten times a second
-    rather than 500 (measured: produce→tail p50 ~1 ms either way; the follower's idle CPU 3% of
-    a core -> 0.4%, and Kafka's spent answering it).
+    business (the journal is the record). By default a fetch is answered as soon as a record
+    arrives (`fetch.min.bytes` 1), however long it may wait: so the wait is long
+    (`TAIL_FETCH_WAIT_MS`), and an idle tail asks Kafka ten times a second rather than 500
+    (measured: produce→tail p50 ~1 ms either way; the follower's idle CPU 3% of a core -> 0.4%,
+    and Kafka's spent answering it). That is bench_peers's raw-Kafka subscriber; the journal
+    follower, off the critical path, asks for more bytes (broker/pubsub/follower.py).
     """
 
     def __init__(self, config: KafkaConfig, topic: str,

@@ -15,16 +15,16 @@ the tail can be a good half second behind an append that was already acknowledge
 
 Off the critical path. On one broker the follower forwards almost nothing (its own
 publications reached their subscribers on acknowledgement), so it fetches lazily: Kafka answers
-its fetch once `FETCH_MIN_BYTES` are there or `FETCH_WAIT_MS` has passed, a handful of fetches a
-second at any rate instead of one per produce. What that costs: a record written by another
+its fetch once `FETCH_MIN_BYTES` are there or `FETCH_WAIT_MS` has passed: about ten fetches a
+second at a paced rate instead of one per produce. What that costs: a record written by another
 writer (another broker, a GAP record) reaches the fan-out up to `FETCH_WAIT_MS` later, and so do
 this broker's own records waiting behind it in the cursor, which waits for the follower only
 across offsets it did not write itself (broker/delivery/cursor.py); and `when_read` (a snapshot's
 read-your-writes) may wait as long. And it does not decode what it already has: the ack road
 hands this broker's acknowledged entries over (`acked`), and a record the follower reads at one
 of their offsets takes that entry (equal to what decoding would give: `JournalEntry.
-of_publication`) instead of decoding the value, for the cursor (which drops it, passed) and for
-the recent journal (which needs every entry).
+of_publication`) instead of decoding the value, for the cursor (which drops it if forwarded) and
+for the recent journal (which needs every entry).
 
 Where the follower starts: given per partition by its caller. `BrokerApp` starts it at the
 fan-out mark (broker/robust/fanout.py), so what was journaled but not yet on its subscribers'
