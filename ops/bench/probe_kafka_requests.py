@@ -10,9 +10,11 @@ namespace, every librdkafka client of it reporting its statistics (`statistics.i
 through `KafkaConfig.extra`), one publisher and one subscriber (a link of its own unless
 `--plain`) on loopback. It prints, per client (named by its type and the topics it served),
 Produce and Fetch requests per message published, over the paced stretch only, with the p50
-publish → receipt latency and this process's CPU per message (broker and both clients) for
-orientation. A count, unlike a CPU figure, hardly moves with the machine's load; the counts of
-2026-11-26 are in docs/bench-peers.md ("Kafka's work per message").
+publish → receipt latency and this process's CPU per message (broker and both clients, which
+share the event loop), split by thread (Python threads by name, librdkafka's by its own names
+summed per kind), to see which thread a change moved. A count, unlike a CPU figure, hardly
+moves with the machine's load; the counts of 2026-11-26 are in docs/bench-peers.md ("Kafka's
+work per message").
 """
 
 from __future__ import annotations
@@ -20,8 +22,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from adapters.app import BrokerApp
@@ -41,6 +46,24 @@ def _collector(into: _Stats) -> Any:
                 sent[kind] = sent.get(kind, 0) + n
         into[got["name"]] = (got["type"], sorted(got.get("topics", {})), sent)
     return stats
+
+
+def _threads_cpu() -> dict[str, float]:
+    """CPU seconds of each thread of this process so far, summed by name: a Python thread's
+    name, else the OS name (librdkafka's `rdk:main`, `rdk:broker1`…, digits dropped)."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:  # ended meanwhile
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat.rpartition(")")[2].split()
+        name = names.get(int(task.name)) or comm.rstrip("0123456789")
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
 
 
 async def _run(args: argparse.Namespace) -> None:
@@ -66,7 +89,7 @@ async def _run(args: argparse.Namespace) -> None:
             await sub.subscribe("q.reqs", 600, link=None if args.plain else "reqs-link")
             await asyncio.sleep(1)  # a stats report covering the set-up, then the count starts
             before = {name: dict(v[2]) for name, v in seen.items()}
-            cpu, began = time.process_time(), time.time()
+            cpu, began, threads = time.process_time(), time.time(), _threads_cpu()
             tasks = []
             for i in range(n):
                 due = began + i / args.rate
@@ -76,6 +99,8 @@ async def _run(args: argparse.Namespace) -> None:
             await asyncio.gather(*tasks)
             await done.wait()
             cpu_us = (time.process_time() - cpu) / n * 1e6
+            by_thread = {k: (v - threads.get(k, 0.0)) / n * 1e6
+                         for k, v in _threads_cpu().items()}
             await asyncio.sleep(1)  # the stats report that covers the end
             for c in (pub, sub):
                 await c.close()
@@ -84,6 +109,8 @@ async def _run(args: argparse.Namespace) -> None:
     lats.sort()
     print(f"{'plain' if args.plain else 'robust'}: {n} messages at {args.rate}/s, p50"
           f" {lats[n // 2] * 1e3:.2f} ms, this process {cpu_us:.0f} µs CPU per message")
+    print("  CPU µs per message by thread: " + ", ".join(
+        f"{k} {v:.0f}" for k, v in sorted(by_thread.items(), key=lambda kv: -kv[1]) if v >= 1))
     for name, (kind, topics, sent) in sorted(seen.items()):
         was = before.get(name, {})
         per = {k: (v - was.get(k, 0)) / n for k, v in sent.items()
@@ -100,7 +127,11 @@ def main() -> None:
     ap.add_argument("--plain", action="store_true", help="a plain subscription (default: a link)")
     ap.add_argument("--messages", type=int, default=3000)
     ap.add_argument("--rate", type=int, default=1000)
-    asyncio.run(_run(ap.parse_args()))
+    args = ap.parse_args()
+    from adapters.cli import logs
+
+    logs.configure("warning", json=True)  # a log line per operation would be most of the CPU
+    asyncio.run(_run(args))
 
 
 if __name__ == "__main__":
