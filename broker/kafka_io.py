@@ -73,8 +73,8 @@ DEFAULT_LINGER_MS = 0
 #: mark (and the rare catch-up or snapshot sent only once durable), so its records may gather
 #: into fewer, larger produce requests, each of which wakes Kafka's network, request and
 #: replica threads. Measured (robust, 1,000 msg/s, the link producer's requests per message
-#: from librdkafka's stats, 2026-11-26): linger 0: 0.56; 10 ms: 0.076-0.088; 20 ms: 0.047.
-#: 10 ms takes most of the gain at half the durable mark's delay of 20.
+#: from librdkafka's stats, load 3.5-12, 2026-11-26): linger 0: 0.43-0.93; 10 ms: 0.051-0.094;
+#: 20 ms: 0.039-0.051. 10 ms takes most of the gain at half the durable mark's delay of 20.
 LINK_LINGER_MS = 10
 #: How long Kafka may hold a tail's fetch while nothing arrives (see `Tail`).
 TAIL_FETCH_WAIT_MS = 100

@@ -52,10 +52,10 @@ log = structlog.get_logger(__name__)
 
 #: How long Kafka may hold the follower's fetch before it answers with what it has. Measured
 #: (1,000 msg/s, the follower's fetches per message from librdkafka's stats, 2026-11-26):
-#: answered at the first record (before): 0.45-0.63; 20 ms: 0.059; 100 ms: 0.012-0.013. With
-#: 100 ms, Kafka's JVM spent 197-497 µs per message in bench_peers W2 robust against 374-717
-#: before (with the link log's linger; docs/performance.md). 100 ms is also what an idle tail
-#: asked before (`kafka_io.TAIL_FETCH_WAIT_MS`); what it costs other writers is above.
+#: answered at the first record (before): 0.16-0.86; 20 ms: 0.052-0.064; 100 ms: 0.010-0.013.
+#: With 100 ms, Kafka's JVM spent 197-497 µs per message in bench_peers W2 robust against
+#: 266-717 before (with the link log's linger; docs/bench-peers.md). 100 ms is also what an
+#: idle tail asked before (`kafka_io.TAIL_FETCH_WAIT_MS`); what it costs other writers is above.
 FETCH_WAIT_MS = 100
 #: What makes Kafka answer sooner: more than a paced broker writes in FETCH_WAIT_MS (1,000
 #: msg/s of 512 octets is ~50 KiB per 100 ms), so the wait decides; a backlog (a start behind
