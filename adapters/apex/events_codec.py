@@ -1,6 +1,7 @@
 """Resource event notification's vocabulary (docs/event-binding.md, docs/apexps-events.dtd) <->
-dataclasses: `watch` (the draft's Subscribe, §4.1.1), `watchreply` (its answer, §4.1.2) and
-`notify` (§4.2.1) with its `version`s.
+dataclasses: `watch` (the draft's Subscribe, §4.1.1), `watchreply` (its answer, §4.1.2),
+`notify` (§4.2.1) with its `version`s, and `decide` (an administrator's verdict on a pending
+watch, §4.2.1, which the draft leaves to the notifier).
 
 Parsed with the one hardened parser (`common.xml_safe`), as the other codecs: XML that does not
 parse or is hostile is 500; XML that does not fit the DTD (unknown element or attribute, a
@@ -32,6 +33,7 @@ from .endpoint import Endpoint
 __all__ = [
     "EVENT_ELEMENTS",
     "MAX_EVENTS_XML",
+    "Decision",
     "NotifyDoc",
     "Version",
     "WatchReply",
@@ -48,7 +50,8 @@ MAX_SOURCE_SEQ = 2**63 - 1
 #: A list names each event once; more than this many is hostile.
 MAX_EVENT_CODES = 64
 MAX_MESSAGE_ID_LEN = 1024
-EVENT_ELEMENTS = frozenset({"watch", "watchreply", "notify"})
+EVENT_ELEMENTS = frozenset({"watch", "watchreply", "notify", "decide"})
+VERDICTS = ("approve", "reject")
 _DIGITS = re.compile(r"[0-9]{1,20}")
 _WATCH_ID = re.compile(r"[\w.:=/@+-]{1,256}")
 _NO_CONTROL = re.compile(r"[^\x00-\x1f\x7f]+")
@@ -177,7 +180,22 @@ class NotifyDoc:
             raise _bad("a reason goes with state terminated, and only with it")
 
 
-EventDocument = WatchRequest | WatchReply | NotifyDoc
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """An administrator approves (`approve` True) or rejects a pending watch: `watch_id` of
+    `subscriber` on `resource`. Answered on the data itself: `ok`, or the refusal (550 no such
+    pending watch, 537 the originator may not decide for the topic)."""
+
+    resource: Resource
+    subscriber: Endpoint
+    watch_id: str
+    approve: bool
+
+    def __post_init__(self) -> None:
+        _watch_id(self.watch_id)
+
+
+EventDocument = WatchRequest | WatchReply | NotifyDoc | Decision
 
 
 def _attrs(elem: etree._Element, allowed: set[str], required: set[str]) -> dict[str, str]:
@@ -225,6 +243,14 @@ def decode_events(content: bytes) -> EventDocument:
             if "min-expires" in a else None, (root.text or "").strip())
     if tag == "notify":
         return _notify(root)
+    if tag == "decide":
+        _empty(root)
+        a = _attrs(root, {"resource", "subscriber", "id", "verdict"},
+                   {"resource", "subscriber", "id", "verdict"})
+        if a["verdict"] not in VERDICTS:
+            raise _bad("verdict is approve or reject")
+        return Decision(_resource(a["resource"]), Endpoint.parse(a["subscriber"]),
+                        _watch_id(a["id"]), a["verdict"] == "approve")
     raise _bad(f"<{str(tag)[:40]}> is not an event document")
 
 
@@ -282,6 +308,10 @@ def encode_events(doc: EventDocument) -> bytes:
                 f"{_a('expires', doc.expires)}"
                 f"{_a('events', format_events(doc.events) if doc.events else None)}"
                 f"{_a('min-expires', doc.min_expires)}>{_esc(doc.text)}</watchreply>").encode()
+    if isinstance(doc, Decision):
+        return (f"<decide{_a('resource', doc.resource)}{_a('subscriber', doc.subscriber)}"
+                f"{_a('id', doc.watch_id)}"
+                f"{_a('verdict', VERDICTS[0] if doc.approve else VERDICTS[1])} />").encode()
     versions = "".join(
         f"<version{_a('source', v.source)}{_a('sourceseq', v.source_seq)}"
         f"{_a('type', v.publish_type)}{_a('content-type', v.content_type)}>"

@@ -154,7 +154,8 @@ def _watch_table(args: argparse.Namespace) -> WatchTable:
     return WatchTable(policy=ExpiresPolicy(low, high, permanent=not args.no_permanent_watch),
                       implicit_policy=ImplicitPolicy(topics=frozenset(args.implicit_watch),
                                                      max_implicit=args.max_implicit_watches),
-                      pending_on_access=args.pending_watches)
+                      pending_on_access=args.pending_watches,
+                      approve_topics=frozenset(args.approve_watches))
 
 
 def _broker(args: argparse.Namespace) -> int:
@@ -206,6 +207,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     watches.add_argument("--pending-watches", action="store_true",
                          help="a watch the access entries do not allow yet waits (pending)"
                               " instead of being refused, and starts when they do")
+    watches.add_argument("--approve-watches", action="append", default=[], metavar="TOPIC",
+                         help="every watch on TOPIC waits (pending) until an administrator"
+                              " approves or rejects it with `apexps watch-decide`"
+                              " (repeatable)")
     watches.add_argument("--max-implicit-watches", type=_positive, default=64, metavar="N",
                          help="implicit watches one endpoint may hold (default: %(default)s)")
     p.add_argument("--gateway", type=int, default=None, metavar="PORT",

@@ -9,6 +9,12 @@ is UTF-8, else base64). It exits 0 after a terminated Notify (the watch ended: e
 elsewhere, its resource gone), after `--count` Notifies, or on Ctrl-C, which cancels the watch
 first. `--refresh` refreshes a timed watch when 4/5 of its grant has passed (§3.2.4), so it runs
 until its resource goes; without it the watch lasts what was granted.
+
+`apexps watch-decide TOPIC/MESSAGE-ID --subscriber E --id W --approve|--reject` is the other
+side: an administrator of the topic (who holds `pubsub:deletetopic` on it) starts or refuses a
+watch the broker holds pending for approval (`--approve-watches TOPIC`). It prints one JSON line
+and exits 0; a refusal exits 1 with the broker's code (537 not an administrator of the topic,
+or the access entries do not allow the subscriber yet; 550 no such pending watch).
 """
 
 from __future__ import annotations
@@ -21,7 +27,16 @@ import json
 import sys
 from typing import Any
 
-from adapters.apex.events_codec import NotifyDoc, Version, WatchReply, decode_events
+from adapters.apex.codec import BEEP_XML
+from adapters.apex.endpoint import Endpoint
+from adapters.apex.events_codec import (
+    Decision,
+    NotifyDoc,
+    Version,
+    WatchReply,
+    decode_events,
+    encode_events,
+)
 from adapters.cli import loop as event_loop
 from adapters.cli.client_cmd import _common
 from adapters.cli.security import client_security
@@ -149,6 +164,42 @@ async def _watch(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _decide(args: argparse.Namespace) -> int:
+    host, port = args.server
+    client = await PubsubClient.connect(host, port, args.endpoint, **client_security(args))
+    try:
+        # answered on the data itself: ok, or the refusal raised as its ApexpsError
+        await client.client.send(client.endpoint, [client.service], encode_events(Decision(
+            args.resource, args.subscriber, args.id, args.verdict == "approve")), BEEP_XML)
+    finally:
+        await client.close()
+    print(json.dumps({"resource": str(args.resource), "subscriber": str(args.subscriber),
+                      "id": args.id, "verdict": args.verdict, "result": "ok"}), flush=True)
+    return 0
+
+
+def _endpoint(text: str) -> Endpoint:
+    try:
+        return Endpoint.parse(text)
+    except ApexpsError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+_DECIDE_HELP = """\
+Approve or reject a watch the broker holds pending for an administrator (a topic the broker
+runs with --approve-watches). Approving starts it: the watcher gets the active Notify with the
+item's current state; rejecting ends it: the watcher gets the terminated Notify, reason
+rejected. Needs pubsub:deletetopic on the topic. Prints one JSON line:
+  {"resource": "equity.quote/IBM", "subscriber": "jade@example.com", "id": "1",
+   "verdict": "approve", "result": "ok"}
+Pending watches show in WKT=Subscriptions (state pending) with their subscriber and id.
+
+examples:
+  apexps watch-decide equity.quote/IBM --as admin@example.com \\
+      --subscriber jade@example.com --id 1 --approve
+"""
+
+
 _HELP = """\
 Watch a data item (TOPIC/MESSAGE-ID) for events and print each Notify as a JSON line:
   {"resource": "equity.quote/IBM", "id": "1", "state": "active", "reason": null,
@@ -186,3 +237,18 @@ def register(sub: Any) -> None:
                        help="on exit, leave the watch in place (default: cancel it)")
     _common(watch)
     watch.set_defaults(func=lambda args: event_loop.run(_watch(args)))
+
+    decide = sub.add_parser(
+        "watch-decide", help="approve or reject a watch waiting for an administrator",
+        formatter_class=argparse.RawDescriptionHelpFormatter, description=_DECIDE_HELP)
+    decide.add_argument("resource", type=_resource, metavar="TOPIC/MESSAGE-ID")
+    decide.add_argument("--subscriber", type=_endpoint, required=True, metavar="ENDPOINT",
+                        help="whose watch it is")
+    decide.add_argument("--id", required=True, metavar="ID", help="the watch's id")
+    verdict = decide.add_mutually_exclusive_group(required=True)
+    verdict.add_argument("--approve", dest="verdict", action="store_const", const="approve",
+                         help="start the watch")
+    verdict.add_argument("--reject", dest="verdict", action="store_const", const="reject",
+                         help="end the watch, reason rejected")
+    _common(decide)
+    decide.set_defaults(func=lambda args: event_loop.run(_decide(args)))

@@ -11,9 +11,10 @@ aiohttp shell.
 
 A subscription names a topic, or a resource (the draft's own subscriptions, docs/event-binding.md):
 `{"resource": "TOPIC/MESSAGE-ID", "events": ["modified", 32769], "expires": 600}` makes a watch
-on the broker, and the stream carries its Notifies (event `notify`), with the link seq as id
-like any delivery: the watch's Notifies travel on the feed's own link. `expires` may be
-"permanent"; the broker may shorten it (the answer says what was granted).
+on the broker, and the stream carries its Notifies (event `notify`), numbered like any
+delivery; the Notifies of all of a user's watches travel on that user's one link
+(`_upstream.py`). `expires` may be "permanent"; the broker may shorten it (the answer says what
+was granted).
 
 `ReplayBuffer` is the rule that makes `Last-Event-ID` exact: every SSE event's id is the link
 seq of its delivery on the subscription's own robust link, ids rise strictly, and a stream that

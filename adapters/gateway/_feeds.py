@@ -1,37 +1,31 @@
-"""Feeds: the gateway's subscriptions, each one APEX robust subscriber, fanned out to the HTTP
-streams that read it.
+"""Feeds: the gateway's subscriptions, each fanned out to the HTTP streams that read it.
 
 Theory of operation
 -------------------
-A feed is one subscription made through the gateway. It gets a BEEP session of its own to the
-broker, attached as a subaddress of the HTTP user's endpoint (`USER/gw-ID@DOMAIN`, RFC 3340
-§4.5.1: what an authenticated user may attach as), and a `RobustSubscriber` on the link named
-after that endpoint. So the broker's access control judges the user, the broker journals every
-delivery on a link nobody else writes to, and a broker restart or a lost connection is the robust
-client's business (re-dial, re-attach, gap fill): the feed sees one contiguous stream of
-deliveries, each with its link seq, and nothing twice.
+A feed is one subscription made through the gateway. Its deliveries come from an upstream
+(`_upstream.py`): a BEEP session to the broker attached as the HTTP user (`USER/gw-TOKEN@DOMAIN`)
+with one robust link. A topic subscription has an upstream of its own, and a pump task that reads
+its robust subscriber. A resource watch shares its user's one `UserSession` with the user's other
+watches: the session hands the feed the Notifies that name its id (`Feed.deliver`). Either way the
+feed sees its deliveries in link order, each once, across lost connections and broker restarts,
+each with its link seq.
 
-The feed's pump takes each delivery, renders its SSE event once, keeps it in a bounded
-`ReplayBuffer`, and offers it to every open stream. A stream is a bounded queue: one that is
-full (its client does not read) is closed rather than allowed to grow, and its browser comes
-back with `Last-Event-ID`.
+`deliver` renders a delivery's SSE event once, keeps it in a bounded `ReplayBuffer`, and offers
+it to every open stream. A stream is a bounded queue: one that is full (its client does not read)
+is closed rather than allowed to grow, and its browser comes back with `Last-Event-ID`.
 
 Event ids. A stream's event ids are the feed's own delivery numbers, 1, 2, 3, … in the order
-the robust subscriber handed the deliveries over, not link seqs: a link's seqs start again
-in a new epoch (a reset: a failed record, or a broker killed with -9, robust-binding §2.5),
-while the robust subscriber carries its stream across the reset (source repair, duplicates
-dropped). So a browser's Last-Event-ID means the same thing before and after a broker crash, and
-the stream goes on with nothing missed and nothing twice. Each event's JSON still names its
-link seq and epoch.
+the upstream handed the deliveries over, not link seqs: a link's seqs start again in a new epoch
+(a reset: a failed record, or a broker killed with -9, robust-binding §2.5), while the robust
+subscriber carries its stream across the reset (source repair, duplicates dropped), and on a
+shared link a watch's deliveries are not consecutive anyway. So a browser's Last-Event-ID means
+the same thing before and after a broker crash, and the stream goes on with nothing missed and
+nothing twice. Each event's JSON still names its link seq and epoch.
 
 A stream that opens after delivery N is owed every delivery after N. The buffer holds the
-latest ones; for older ones the feed asks the broker for their link range (gap fill) on its own
-session: `_runs` remembers, for runs of deliveries whose link seqs rose by one, where they sit on
-the link (epoch, first seq), so delivery numbers translate to link ranges and back. Those
-refilled copies arrive as link traffic like any other, so the feed stands in front of the robust
-subscriber's listener and takes the refilled items of the range it asked for; everything else
-passes through. The stub never asks for a seq it has delivered, and the feed asks only for seqs
-it has, so the two never want the same item.
+latest ones; for older ones the feed asks the broker again (gap fill) on its upstream:
+`LinkPositions` (`_positions.py`) remembers where its deliveries sat on the link and makes the
+gap requests, and `Upstream.refetch` keeps only the feed's own seqs of what comes back.
 """
 
 from __future__ import annotations
@@ -47,12 +41,11 @@ from typing import Any
 import structlog
 
 from adapters.apex.endpoint import Endpoint
-from adapters.apex.events_codec import NotifyDoc, WatchReply, decode_events
-from adapters.client.pubsub_client import Delivered, Ended, LinkTraffic, PubsubClient
+from adapters.apex.events_codec import NotifyDoc, WatchReply
+from adapters.client.pubsub_client import Ended, PubsubClient
 from adapters.client.robust_client import Message, RobustSubscriber
 from broker.events import State
-from broker.names import NOTIFY_TOPIC
-from common.errors import ApexpsError, LinkContextGone, ReplyCode, ServiceNotAvailable
+from common.errors import ApexpsError, ReplyCode, ServiceNotAvailable
 
 from ._api import (
     DEFAULT_REPLAY,
@@ -63,8 +56,11 @@ from ._api import (
     sse_end,
     sse_event,
 )
+from ._positions import LinkPositions
+from ._upstream import Credentials, Upstream, UserSession, notify_of
 
-__all__ = ["CONTROL", "DEFAULT_STREAM_QUEUE", "Connector", "Feed", "Feeds", "Stream"]
+__all__ = ["CONTROL", "DEFAULT_STREAM_QUEUE", "Connector", "Credentials", "Feed", "Feeds",
+           "Stream"]
 
 log = structlog.get_logger(__name__)
 
@@ -73,33 +69,10 @@ log = structlog.get_logger(__name__)
 DEFAULT_STREAM_QUEUE = 256
 #: The "seq" of an event that is not a delivery (a reset): written whatever was sent before.
 CONTROL = -1
-#: Subscriptions the gateway holds at once (each is a BEEP session to the broker).
+#: Subscriptions the gateway holds at once.
 DEFAULT_MAX_FEEDS = 2000
-#: Runs of link positions a feed remembers for refills (a run ends at each heartbeat or reset):
-#: older deliveries than these are answered as a refill the broker refused.
-MAX_RUNS = 4096
-
-
-@dataclass(slots=True)
-class _Run:
-    """Deliveries first_id.. (count of them) carried link seqs first_seq.. of `epoch`."""
-
-    first_id: int
-    epoch: int | None
-    first_seq: int
-    count: int
-
 #: Opens a BEEP session to the broker attached as the endpoint, for that user's credentials.
-Connector = Callable[[Endpoint, "Credentials"], Awaitable[PubsubClient]]
-
-
-@dataclass(frozen=True, slots=True)
-class Credentials:
-    """Who the HTTP request is: the user, and the password when the broker should see it too
-    (SASL as that user; None: an unauthenticated session)."""
-
-    user: str
-    password: str | None = None
+Connector = Callable[[Endpoint, Credentials], Awaitable[PubsubClient]]
 
 
 class Stream:
@@ -151,18 +124,17 @@ class Feed:
     id: str
     user: str
     request: SubscribeRequest
-    client: PubsubClient
-    robust: RobustSubscriber
+    upstream: Upstream
     buffer: ReplayBuffer
     stream_limit: int
     #: the id the broker gave the subscription (content-based §5.8; None from a broker
     #: without ids)
     apex_id: str | None = None
     streams: set[Stream] = field(default_factory=set)
-    #: the link range the feed is refilling now (epoch, first, last seq), and what came of it
-    _refill: tuple[int | None, int, int] | None = None
-    _refilled: list[Message] = field(default_factory=list)
-    _refill_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: the user's shared session, for a resource watch (None: the upstream is the feed's own)
+    session: UserSession | None = None
+    #: lets go of the upstream when the feed closes (default: closes it)
+    release: Callable[[], Awaitable[None]] | None = None
     _pump: asyncio.Task[None] | None = None
     _watch: asyncio.Task[None] | None = None
     #: told when the broker ends the subscription by itself (expiry, topic deleted)
@@ -171,29 +143,29 @@ class Feed:
     refilled: int = 0
     #: a resource feed: the broker's answer to its watch (the granted Expires)
     watch: WatchReply | None = None
-    #: the number the next delivery gets (its SSE event id)
-    _next_id: int = 1
-    #: where recent deliveries sit on the link (see the module docstring)
-    _runs: deque[_Run] = field(default_factory=lambda: deque(maxlen=MAX_RUNS))
+    #: delivery numbers (the SSE event ids), and where recent deliveries sit on the link
+    positions: LinkPositions = field(default_factory=LinkPositions)
+    #: the broker ended the subscription, or the feed was closed
+    ended: bool = False
+
+    @property
+    def client(self) -> PubsubClient:
+        return self.upstream.client
+
+    @property
+    def robust(self) -> RobustSubscriber:
+        return self.upstream.robust
 
     @property
     def link(self) -> str:
-        return self.robust.link
+        return self.upstream.link
 
     def start(self) -> None:
-        passing = self.client.link_listener(self.link)
-        assert passing is not None, "the robust subscriber listens on its link"
-
-        def traffic(item: LinkTraffic) -> None:
-            refill = self._refill
-            if (refill is not None and isinstance(item, Delivered) and item.stamp is not None
-                    and item.stamp.refill and item.stamp.epoch == refill[0]
-                    and refill[1] <= item.stamp.link_seq <= refill[2]):
-                self._refilled.append(Message(item.stamp, item.content, item.content_type))
-                return
-            passing(item)
-
-        self.client.listen_link(self.link, traffic)
+        """A feed with an upstream of its own: take it over and read it (a shared session's
+        feed needs nothing started: the session calls `deliver`)."""
+        if self.session is not None:
+            return
+        self.upstream.start()
         self._pump = asyncio.create_task(self._run(), name=f"gateway-feed-{self.id}")
         self._watch = asyncio.create_task(self._watch_end(), name=f"gateway-end-{self.id}")
 
@@ -211,6 +183,7 @@ class Feed:
             return  # the connection is gone for good: the pump says so
 
     def _ended_by_broker(self, why: str) -> None:
+        self.ended = True
         log.info("gateway subscription ended by the broker", subscription=self.id,
                  user=self.user, topic=self.request.topic, reason=why)
         end = sse_end(why)
@@ -221,12 +194,17 @@ class Feed:
         if self.on_end is not None:
             self.on_end(self)
 
+    def end_streams(self, why: str) -> None:
+        for stream in self.streams:
+            stream.close(why)
+        self.streams.clear()
+
     def render(self, message: Message, ident: int, notify: NotifyDoc | None = None) -> bytes:
         """Delivery number `ident` as its SSE event; `notify`: its Notify, when the caller
         decoded it already (decoding is most of a Notify's cost here: do it once)."""
         stamp = message.stamp
         if self.request.resource is not None:
-            notify = notify or _notify(message)
+            notify = notify or notify_of(message)
             if notify is not None:
                 return sse_event(ident, _notify_view(self.id, stamp.link_seq, stamp.epoch,
                                                      notify), "notify")
@@ -240,52 +218,29 @@ class Feed:
             "content_type": message.content_type, "content": content,
             "time": stamp.time})
 
+    def deliver(self, message: Message, notify: NotifyDoc | None = None) -> None:
+        """The feed's next delivery (in link order, each once): numbered, rendered once, kept,
+        offered to every stream; a terminated Notify then ends the feed."""
+        if self.ended:
+            return
+        seq = self.positions.number(message.stamp.epoch, message.stamp.link_seq)
+        event = self.render(message, seq, notify)
+        self.buffer.add(seq, event)
+        for stream in list(self.streams):
+            if not stream.offer(seq, event):
+                self.streams.discard(stream)
+                log.warning("gateway stream closed: slow reader", subscription=self.id,
+                            user=self.user, seq=seq)
+        if notify is not None and notify.state is State.TERMINATED:
+            self._ended_by_broker(str(notify.reason))
+
     async def _run(self) -> None:
         try:
             async for message in self.robust.messages():
-                seq = self._number(message.stamp.epoch, message.stamp.link_seq)
-                notify = _notify(message) if self.request.resource is not None else None
-                event = self.render(message, seq, notify)
-                self.buffer.add(seq, event)
-                for stream in list(self.streams):
-                    if not stream.offer(seq, event):
-                        self.streams.discard(stream)
-                        log.warning("gateway stream closed: slow reader", subscription=self.id,
-                                    user=self.user, seq=seq)
-                if notify is not None and notify.state is State.TERMINATED:
-                    self._ended_by_broker(str(notify.reason))
-                    return
+                self.deliver(message)
         except ApexpsError as exc:
             log.error("gateway feed ended", subscription=self.id, error=str(exc))
-        for stream in self.streams:
-            stream.close("feed ended")
-
-    def _number(self, epoch: int | None, link_seq: int) -> int:
-        """The next delivery number, noting where the delivery sits on the link."""
-        ident = self._next_id
-        self._next_id += 1
-        last = self._runs[-1] if self._runs else None
-        if (last is not None and last.epoch == epoch
-                and last.first_seq + last.count == link_seq
-                and last.first_id + last.count == ident):
-            last.count += 1
-        else:
-            self._runs.append(_Run(ident, epoch, link_seq, 1))
-        return ident
-
-    def _link_ranges(self, lo: int, hi: int) -> list[tuple[int | None, int, int, int]]:
-        """Deliveries lo..hi as link ranges: (epoch, first seq, last seq, first delivery);
-        `LinkContextGone` for deliveries older than the runs remembered (the stream then ends
-        as for a refill the broker refused)."""
-        out = []
-        for run in self._runs:
-            a, b = max(lo, run.first_id), min(hi, run.first_id + run.count - 1)
-            if a <= b:
-                out.append((run.epoch, run.first_seq + a - run.first_id,
-                            run.first_seq + b - run.first_id, a))
-        if not out or out[0][3] != lo:
-            raise LinkContextGone(f"deliveries from {lo} are older than this gateway keeps")
-        return out
+        self.end_streams("feed ended")
 
     def open_stream(self, after: int | None) -> tuple[Stream, tuple[int, int] | None]:
         """A new reader that saw everything up to `after`: the buffered deliveries after it
@@ -299,39 +254,37 @@ class Feed:
         stream = Stream(len(owed.items) + self.stream_limit)
         for seq, event in owed.items:
             stream.offer(seq, event)
-        self.streams.add(stream)
+        if self.ended:  # what it held, and no more
+            stream.close("ended")
+        else:
+            self.streams.add(stream)
         return stream, owed.gap
 
     async def refill(self, lo: int, hi: int) -> list[tuple[int, bytes]]:
-        """Deliveries lo..hi again from the broker (gap fill of their link ranges), as events,
+        """Deliveries lo..hi again from the broker (gap fill of their link seqs), as events,
         in order."""
-        async with self._refill_lock:
-            caps_max = max(1, (await self.client.capabilities()).max_gap)
-            out: list[tuple[int, bytes]] = []
-            for epoch, first, last, ident in self._link_ranges(lo, hi):
-                start = first
-                while start <= last:
-                    end = min(last, start + caps_max - 1)
-                    self._refill, self._refilled = (epoch, start, end), []
-                    try:
-                        await self.client.gap(self.link, start, end, epoch)
-                    finally:
-                        got, self._refill, self._refilled = self._refilled, None, []
-                    out += [(ident + m.stamp.link_seq - first, self.render(
-                        m, ident + m.stamp.link_seq - first)) for m in got]
-                    self.refilled += len(got)
-                    start = end + 1
-            out.sort(key=lambda item: item[0])
-            return out
+        most = max(1, (await self.client.capabilities()).max_gap)
+        out: list[tuple[int, bytes]] = []
+        for chunk in self.positions.chunks(lo, hi, most):
+            got = await self.upstream.refetch(chunk.epoch, chunk.first, chunk.last,
+                                              chunk.wants)
+            for m in got:
+                ident = chunk.ident(m.stamp.link_seq)
+                assert ident is not None  # refetch kept only these
+                out.append((ident, self.render(m, ident)))
+            self.refilled += len(got)
+        out.sort(key=lambda item: item[0])
+        return out
 
     def close_stream(self, stream: Stream) -> None:
         self.streams.discard(stream)
         stream.close("closed")
 
     async def close(self, *, cancel: bool) -> None:
-        for stream in self.streams:
-            stream.close("cancelled")
-        self.streams.clear()
+        self.ended = True
+        self.end_streams("cancelled")
+        if self.session is not None and self.session.feeds.get(self.id) is self:
+            del self.session.feeds[self.id]  # its final Notify is nobody's now
         if cancel:
             with contextlib.suppress(ApexpsError, OSError, TimeoutError):
                 if self.request.resource is not None:
@@ -341,17 +294,17 @@ class Feed:
                     await self.client.cancel(subscription_id=self.apex_id)
                 else:
                     await self.client.cancel(self.request.topic)
-        await self.robust.close()
         for task in (self._pump, self._watch):
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        await self.client.close()
+        await (self.release or self.upstream.close)()
 
 
 class Feeds:
-    """Every feed of the gateway, by id; `connect` reaches the broker."""
+    """Every feed of the gateway, by id, and the users' shared sessions; `connect` reaches
+    the broker."""
 
     def __init__(self, connect: Connector, domain: str, *, replay: int = DEFAULT_REPLAY,
                  stream_limit: int = DEFAULT_STREAM_QUEUE,
@@ -359,6 +312,9 @@ class Feeds:
         self.connect, self.domain = connect, domain
         self.replay, self.stream_limit, self.max_feeds = replay, stream_limit, max_feeds
         self.feeds: dict[str, Feed] = {}
+        #: each user's session for resource watches (by credentials: a session authenticates
+        #: with the password it was opened with), opening or open
+        self.sessions: dict[Credentials, asyncio.Future[UserSession]] = {}
         self._pending = 0
         self._closing: set[asyncio.Task[None]] = set()
 
@@ -372,20 +328,40 @@ class Feeds:
             raise HttpError(503, f"the gateway holds {self.max_feeds} subscriptions already")
         ident = secrets.token_hex(8)
         self._pending += 1
+        try:
+            if request.resource is not None:
+                feed = await self._watch(who, request, ident)
+            else:
+                feed = await self._subscribe(who, request, ident)
+        except ApexpsError as exc:
+            raise _refusal(exc) from None
+        except OSError as exc:
+            raise HttpError(503, f"the broker is unreachable ({type(exc).__name__})") from None
+        finally:
+            self._pending -= 1
+        feed.on_end = self._ended
+        feed.start()
+        self.feeds[ident] = feed
+        if feed.ended:
+            # A watch's Notifies reach the feed from the moment the watch is sent, so its
+            # terminated one (the resource deleted in between) may have come already.
+            self._ended(feed)
+        log.info("gateway subscribed", subscription=ident, user=who.user, topic=request.topic,
+                 link=feed.link)
+        return feed
+
+    async def _subscribe(self, who: Credentials, request: SubscribeRequest,
+                         ident: str) -> Feed:
+        """A topic subscription, on an upstream of its own."""
         client: PubsubClient | None = None
         robust: RobustSubscriber | None = None
         try:
             client = await self.connect(self.endpoint(who.user, ident), who)
             robust = await RobustSubscriber.open(client)
-            apex_id, watch = None, None
-            if request.resource is not None:
-                watch = await client.watch(request.resource, request.events, request.expires,
-                                           watch_id=ident, link=robust.link)
-            else:
-                apex_id = await client.subscribe(
-                    request.topic, request.duration, link=robust.link, cached=request.cached,
-                    selector=request.selector, selector_class=request.selector_class.value)
-        except BaseException as exc:
+            apex_id = await client.subscribe(
+                request.topic, request.duration, link=robust.link, cached=request.cached,
+                selector=request.selector, selector_class=request.selector_class.value)
+        except BaseException:
             # Refused, unreachable, or the HTTP client went away (aiohttp cancels the
             # handler): nothing of the attempt stays open here. A subscription the broker
             # made before a cancel ends with its duration.
@@ -393,23 +369,98 @@ class Feeds:
                 await robust.close()
             if client is not None:
                 await client.close()
-            if isinstance(exc, ApexpsError):
-                raise _refusal(exc) from None
-            if isinstance(exc, OSError):
-                raise HttpError(503, "the broker is unreachable"
-                                     f" ({type(exc).__name__})") from None
             raise
-        finally:
-            self._pending -= 1
-        feed = Feed(ident, who.user, request, client, robust, ReplayBuffer(self.replay),
-                    self.stream_limit, apex_id)
-        feed.on_end = self._ended
-        feed.watch = watch
-        feed.start()
-        self.feeds[ident] = feed
-        log.info("gateway subscribed", subscription=ident, user=who.user, topic=request.topic,
-                 link=feed.link)
+        return Feed(ident, who.user, request, Upstream(client, robust),
+                    ReplayBuffer(self.replay), self.stream_limit, apex_id)
+
+    async def _watch(self, who: Credentials, request: SubscribeRequest, ident: str) -> Feed:
+        """A resource watch, on its user's shared session. The feed is in the session's table
+        before the watch is sent: the current-state Notify follows the answer at once, and
+        may be read in the same breath."""
+        assert request.resource is not None
+        session = await self._session(who)
+        feed = Feed(ident, who.user, request, session, ReplayBuffer(self.replay),
+                    self.stream_limit, session=session,
+                    release=lambda: self._release(session))
+        session.feeds[ident] = feed
+        try:
+            feed.watch = await session.client.watch(request.resource, request.events,
+                                                    request.expires, watch_id=ident,
+                                                    link=session.link)
+        except BaseException:
+            # A watch the broker made before a cancel ends with its Expires; its Notifies
+            # are strays here.
+            session.feeds.pop(ident, None)
+            await self._release(session)
+            raise
         return feed
+
+    async def _session(self, who: Credentials) -> UserSession:
+        """The user's session, opened if need be, with one more hold on it."""
+        while True:
+            opening = self.sessions.get(who)
+            if opening is None:
+                opening = asyncio.ensure_future(self._open_session(who))
+                self.sessions[who] = opening
+            try:
+                session = await asyncio.shield(opening)
+            except asyncio.CancelledError:
+                # The HTTP client went away; the session opens anyway and must not stay
+                # open with nobody holding it.
+                opening.add_done_callback(self._unheld)
+                raise
+            except BaseException:
+                if self.sessions.get(who) is opening:
+                    del self.sessions[who]
+                raise
+            if not (session.closing or session.gone):
+                session.holds += 1
+                return session
+            if self.sessions.get(who) is opening:
+                del self.sessions[who]
+
+    async def _open_session(self, who: Credentials) -> UserSession:
+        client = await self.connect(self.endpoint(who.user, secrets.token_hex(8)), who)
+        try:
+            robust = await RobustSubscriber.open(client)
+        except BaseException:
+            await client.close()
+            raise
+        session = UserSession(who, client, robust)
+        session.on_gone = self._forget
+        session.start()
+        await session.batch_notifies()
+        log.info("gateway session", user=who.user, link=session.link)
+        return session
+
+    def _unheld(self, opening: asyncio.Future[UserSession]) -> None:
+        if opening.cancelled() or opening.exception() is not None:
+            return
+        session = opening.result()
+        if session.holds == 0 and not session.closing:
+            self._drop(session)
+
+    async def _release(self, session: UserSession) -> None:
+        """One hold less; the last one closes the session."""
+        session.holds -= 1
+        if session.holds == 0 and not session.closing:
+            await self._drop(session)
+
+    def _forget(self, session: UserSession) -> None:
+        """The session is no longer the user's: the next watch opens another."""
+        opening = self.sessions.get(session.key)
+        if opening is not None and opening.done() and not opening.cancelled() \
+                and opening.exception() is None and opening.result() is session:
+            del self.sessions[session.key]
+
+    def _drop(self, session: UserSession) -> asyncio.Task[None]:
+        session.closing = True
+        self._forget(session)
+        task = asyncio.create_task(session.close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+        log.info("gateway session closed", user=session.key.user, link=session.link)
+        return task
 
     def _ended(self, feed: Feed) -> None:
         if self.feeds.get(feed.id) is feed:
@@ -434,6 +485,11 @@ class Feeds:
         feeds, self.feeds = list(self.feeds.values()), {}
         for feed in feeds:
             await feed.close(cancel=False)
+        for opening in list(self.sessions.values()):
+            with contextlib.suppress(BaseException):
+                session = await opening
+                if not session.closing:
+                    self._drop(session)
         await asyncio.gather(*self._closing, return_exceptions=True)
 
 
@@ -446,17 +502,6 @@ def _refusal(exc: ApexpsError) -> HttpError:
         # is the topic's absence: 404, as a missing topic is 550 elsewhere.
         return HttpError(404, f"{int(exc.code)} {exc}", "topic")
     return http_status(exc)
-
-
-def _notify(message: Message) -> NotifyDoc | None:
-    """The Notify a resource feed's delivery holds (None for anything else on the link)."""
-    if message.stamp.topic != NOTIFY_TOPIC:
-        return None
-    try:
-        doc = decode_events(message.content)
-    except ApexpsError:
-        return None
-    return doc if isinstance(doc, NotifyDoc) else None
 
 
 def _notify_view(ident: str, seq: int, epoch: int | None, doc: NotifyDoc) -> dict[str, Any]:

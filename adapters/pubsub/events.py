@@ -44,9 +44,22 @@ what it returns:
   instead of refused with 537; when the entries change (`access_changed`, from the access
   registry's watcher) each pending watch they now allow becomes ACTIVE with the current state.
 
+- Approval (§4.2.1: "an administrator must approve"). On a topic of the table's
+  `approve_topics` every watch is granted PENDING, and waits for a `decide` (data to
+  `apex=pubsub@D`, answered on the data itself: `ok`, or the refusal). Who may decide: whoever
+  holds `pubsub:deletetopic` on the watch's topic -- the strongest right the access entries
+  give over one topic (whoever may end a topic for everyone may say who watches it); nothing
+  else is 537, checked before anything else, so a non-administrator learns nothing of the
+  watches. Then 550 if there is no such pending watch; an approval is 537 too while the access
+  entries do not allow the subscriber (the administrator fixes them and decides again). An
+  approval waits for the item state to catch up, as a watch does, so the current state it
+  sends holds what was acknowledged before it. The `ok` comes once Kafka holds the new state
+  in WKT=Subscriptions, so a decision answered is a decision that survives a restart.
+
 - Expiry: one task sleeps until the table's next expiry and journals the terminated Notifies.
 
-- WKT=Subscriptions: every state change of a watch (granted, refreshed, ended) is journaled
+- WKT=Subscriptions: every state change of a watch (granted, pending, refreshed, ended) is
+  journaled
   there too, as the service's other subscriptions are (content-based §6.3).
 
 - Restarts: the table lives in memory, and its durable form is the WKT=Subscriptions messages
@@ -64,7 +77,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import structlog
@@ -72,6 +85,7 @@ import structlog
 from adapters.apex.codec import BEEP_XML, Data
 from adapters.apex.endpoint import Endpoint
 from adapters.apex.events_codec import (
+    Decision,
     NotifyDoc,
     Version,
     WatchReply,
@@ -152,7 +166,8 @@ class EventNotifier:
     def _restore(self) -> None:
         """Rebuild the watches from their WKT=Subscriptions messages, which the item store
         recovered from Kafka (§7): each live one as it was granted, with what was left of its
-        Expires; one that expired while the service was down ends now, with reason timeout."""
+        Expires; one that expired while the service was down ends now, with reason timeout; a
+        pending one the access entries now allow starts now."""
         items = self.handler.items
         if items is None:
             return
@@ -167,6 +182,8 @@ class EventNotifier:
         if restored:
             log.info("watches restored", watches=restored)
         self.emit(self.table.expire_due(self.handler.service.now()))
+        # entries may have changed while the service was down (or the file it starts with)
+        self.access_changed()
 
     async def close(self) -> None:
         if self._task is not None:
@@ -177,11 +194,11 @@ class EventNotifier:
     # --- watch requests -------------------------------------------------------------------
 
     @staticmethod
-    def decode(content: bytes) -> WatchRequest:
-        """The `watch` in `content`; 500/501/553 refuse the data itself (nothing to answer
-        under), as a notify or watchreply sent to the service does (501)."""
+    def decode(content: bytes) -> WatchRequest | Decision:
+        """The `watch` or `decide` in `content`; 500/501/553 refuse the data itself (nothing
+        to answer under), as a notify or watchreply sent to the service does (501)."""
         doc = decode_events(content)
-        if not isinstance(doc, WatchRequest):
+        if not isinstance(doc, WatchRequest | Decision):
             raise ParameterSyntaxError(f"<{type(doc).__name__}> is not a request")
         return doc
 
@@ -230,6 +247,46 @@ class EventNotifier:
                  expires=0 if watch is None else watch.expires, link=link)
         self.emit(notes)
         self._wake.set()
+        return []
+
+    async def decide(self, originator: Endpoint, doc: Decision) -> list[Data]:
+        """An administrator's `decide`: answered `ok` once the watch's new state is durable,
+        or refused on the data (537, 550; see the module docstring) with nothing changed."""
+        svc, table = self.handler.service, self.table
+        topic, whom = doc.resource.topic, str(doc.subscriber)
+        key = (whom, doc.resource, doc.watch_id)
+        verdict = "approve" if doc.approve else "reject"
+        try:
+            async with self.handler.lock:
+                if not svc.access.allowed(str(originator), "pubsub:deletetopic", topic):
+                    raise AccessDenied(f"{originator} lacks pubsub:deletetopic on {topic},"
+                                       " which deciding on its watches takes")
+                table.check_decision(key)
+                if doc.approve:
+                    if not svc.access.allowed(whom, "pubsub:subscribe", topic):
+                        raise AccessDenied(f"the access entries do not allow {whom} to watch"
+                                           f" {topic} yet: change them, then approve")
+                    if self.handler.sequenced is not None:
+                        await self.handler.sequenced.caught_up()
+                notes = table.decide(key, approve=doc.approve)
+        except ApexpsError as exc:
+            log.info("decision refused", originator=str(originator), verdict=verdict,
+                     resource=str(doc.resource), subscriber=whom, id=doc.watch_id,
+                     code=int(exc.code), reason=str(exc))
+            raise
+        log.info("watch decided", originator=str(originator), verdict=verdict,
+                 resource=str(doc.resource), subscriber=whom, id=doc.watch_id)
+        durable: asyncio.Future[list[Outcome]] = asyncio.get_running_loop().create_future()
+
+        def journaled(outcomes: list[Outcome]) -> None:
+            if not durable.done():
+                durable.set_result(outcomes)
+
+        self.emit(notes, journaled)
+        self._wake.set()
+        for outcome in await durable:
+            if isinstance(outcome, ApexpsError):
+                raise outcome
         return []
 
     def _answer(self, to: Endpoint, reply: WatchReply) -> None:
@@ -284,6 +341,8 @@ class EventNotifier:
         becomes active and gets the current state."""
         svc, notes = self.handler.service, []
         for watch in self.table.pending():
+            if self.table.awaits_decision(watch):
+                continue  # an administrator's to start, not the entries'
             if svc.access.allowed(watch.subscriber, "pubsub:subscribe", watch.resource.topic):
                 notes += self.table.approve(watch.key)
         self.emit(notes)
@@ -327,9 +386,13 @@ class EventNotifier:
 
     # --- journaling Notifies --------------------------------------------------------------
 
-    def emit(self, notes: list[Notify]) -> None:
-        """Journal `notes` (and the watches' states for WKT=Subscriptions), in order."""
+    def emit(self, notes: list[Notify],
+             journaled: Callable[[list[Outcome]], object] | None = None) -> None:
+        """Journal `notes` (and the watches' states for WKT=Subscriptions), in order; then
+        `journaled` gets the outcomes."""
         if not notes:
+            if journaled is not None:
+                journaled([])
             return
         h = self.handler
         now = h.service.now()
@@ -339,7 +402,7 @@ class EventNotifier:
                     note.entry, note.watch.subscriber, live=True):
                 continue  # a change it may not see: not even that it happened
             pubs.append(self._notify(note, now))
-            if note.current or note.state is State.TERMINATED:
+            if note.current or note.state is not State.ACTIVE:  # granted, pending, ended
                 w = note.watch
                 pubs.append(h.wkt.watch_state(
                     subscriber=w.subscriber, resource=str(w.resource), watch_id=w.watch_id,
@@ -353,6 +416,8 @@ class EventNotifier:
                     log.error("notify not journaled", topic=pub.topic, error=str(outcome))
             # forwarded on acknowledgement, as publications are (broker/delivery/cursor.py)
             h._forward_acked(pubs, outcomes)
+            if journaled is not None:
+                journaled(outcomes)
 
         h.gate.append_many(pubs, settled)
 

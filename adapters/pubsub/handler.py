@@ -5,6 +5,8 @@ What arrives (draft-schwartz-apex-pubsub §4):
   and the service's answer is a separate data (reply or topiclist, carrying the transID) to the
   originator, exactly as the draft's message flows show. Only a document that cannot be parsed is
   refused on the data itself (500/501/553), since it has no transID to answer under.
+  A `decide` (an administrator's verdict on a pending resource watch) has no transID either:
+  it is answered on the data itself, `ok` or its refusal, as a publication is.
 - data to `apex=pubsub/TOPIC@D` is a publication: refused on the data itself with 537 (no
   `core:data`) or 550 (no such topic), else appended to the journal and answered `ok` once Kafka
   holds it. A copy of one already journaled (the same publisher seq, robust-binding §8) is
@@ -47,7 +49,7 @@ import structlog
 
 from adapters.apex.codec import BEEP_XML, Data, Option, TargetHop
 from adapters.apex.endpoint import Endpoint
-from adapters.apex.events_codec import EVENT_ELEMENTS
+from adapters.apex.events_codec import EVENT_ELEMENTS, Decision
 from adapters.apex.inre import in_re_option
 from adapters.apex.options import hop_limit
 from adapters.apex.pubsub_codec import (
@@ -233,8 +235,10 @@ class PubsubHandler:
             if tag == "pubstatus":
                 return self._pubstatus(data.originator, decode_robust(data.content))
             if tag in EVENT_ELEMENTS:
-                watch = self.events.decode(data.content)
-                return asyncio.ensure_future(self.events.request(data.originator, watch))
+                event_doc = self.events.decode(data.content)
+                if isinstance(event_doc, Decision):
+                    return asyncio.ensure_future(self.events.decide(data.originator, event_doc))
+                return asyncio.ensure_future(self.events.request(data.originator, event_doc))
             if self.sequenced is not None and tag in ROBUST_ELEMENTS:
                 doc = decode_robust(data.content)
                 return asyncio.ensure_future(self.sequenced.request(data.originator, doc))

@@ -12,11 +12,13 @@ Every change the table makes is answered with the Notifies it calls for, as valu
 journals them. The table never sends, never sleeps and never reads a clock: `now` (epoch ms) is
 always given.
 
-    subscribe (new or refresh)  -> ACTIVE (PENDING if the caller says so) + a Notify carrying
-                                   the resource's current state (§3.3.1, on every refresh too)
+    subscribe (new or refresh)  -> ACTIVE (PENDING if the caller says so, or its topic is
+                                   one of `approve_topics`) + a Notify carrying the resource's
+                                   current state (§3.3.1, on every refresh too)
     subscribe with Expires 0    -> gone + a final TERMINATED/deactivated Notify (§3.2.5)
     update (add/remove events)  -> as a refresh, with the event set changed (§3.2.2)
     approve / reject (PENDING)  -> ACTIVE + current state, or gone + TERMINATED/rejected
+    decide (an administrator)   -> approve or reject, 550 if there is no such pending watch
     expiry                      -> gone + TERMINATED/timeout
     an event in its list        -> a Notify naming the events that caused it (§3.3.3)
     its resource deleted        -> (after the Notify for `deleted`, if it asked) a permanent
@@ -35,6 +37,12 @@ already watches the resource. Each endpoint holds at most `max_implicit` of them
 §5 warns that subscriptions multiply traffic); past that none is made, and the caller logs it.
 Explicit watches are bounded too (`max_per_subscriber`, 554).
 
+Approval (§4.2.1: "an administrator must approve"): on a topic of `approve_topics` every new
+watch is granted PENDING and stays so, through refreshes, until `decide` approves or rejects it
+(or it expires, like any watch). Only a decision ends that wait: `pending_on_access` watches
+start when the access entries allow them, approval watches do not (`awaits_decision`). An
+implicit watch is the operator's own policy and is not held for approval.
+
 Checks first, change after: every refusal is raised before anything is touched.
 """
 
@@ -45,7 +53,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
 from broker.records import JournalEntry
-from common.errors import EventNotUnderstood, TransactionFailed, UnknownSubscription
+from common.errors import (
+    EventNotUnderstood,
+    NotTaken,
+    TransactionFailed,
+    UnknownSubscription,
+)
 
 from ._model import PERMANENT, Event, ExpiresPolicy, Reason, Resource, State, check_events
 
@@ -119,6 +132,8 @@ class WatchTable:
     #: a watch the access entries do not allow (yet) waits as PENDING instead of being
     #: refused (537), and becomes active when they do (the draft's §4.2.1 Pending)
     pending_on_access: bool = False
+    #: topics on which every watch waits PENDING for an administrator's `decide`
+    approve_topics: frozenset[str] = frozenset()
     _by_resource: dict[Resource, dict[WatchKey, Watch]] = field(default_factory=dict)
     _expiries: list[tuple[int, WatchKey]] = field(default_factory=list)
 
@@ -171,6 +186,7 @@ class WatchTable:
                 raise EventNotUnderstood("an update may not remove every event (§3.2.2)")
         wanted = check_events(asked)
         granted = self.policy.grant(expires)
+        pending = pending or resource.topic in self.approve_topics
         if old is None and sum(1 for w in self.of(subscriber)
                                if not w.implicit) >= self.max_per_subscriber:
             raise TransactionFailed(f"{subscriber} holds {self.max_per_subscriber} watches")
@@ -199,6 +215,24 @@ class WatchTable:
 
     def pending(self) -> list[Watch]:
         return [w for w in self.all() if w.state is State.PENDING]
+
+    def awaits_decision(self, watch: Watch) -> bool:
+        """Whether `watch` waits for an administrator (not merely for the access entries)."""
+        return watch.state is State.PENDING and watch.resource.topic in self.approve_topics
+
+    def check_decision(self, key: WatchKey) -> Watch:
+        """The pending watch a decision about `key` would concern; 550 if there is none (no
+        such watch, or it is not pending), without changing anything."""
+        watch = self.get(key)
+        if watch is None or watch.state is not State.PENDING:
+            raise NotTaken(f"no pending watch {key[2]!r} of {key[0]} on {key[1]}")
+        return watch
+
+    def decide(self, key: WatchKey, *, approve: bool) -> list[Notify]:
+        """An administrator's verdict on a pending watch: `approve` or `reject` it; 550 (as
+        `check_decision`) before changing anything."""
+        self.check_decision(key)
+        return self.approve(key) if approve else self.reject(key)
 
     def approve(self, key: WatchKey) -> list[Notify]:
         """A pending watch becomes active and gets the current state."""

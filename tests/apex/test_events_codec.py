@@ -12,6 +12,7 @@ from lxml import etree
 
 from adapters.apex.endpoint import Endpoint
 from adapters.apex.events_codec import (
+    Decision,
     NotifyDoc,
     Version,
     WatchReply,
@@ -52,8 +53,13 @@ notifies = st.builds(lambda r, i, sr, ev, ex, cur, vs: NotifyDoc(
     st.one_of(st.none(), st.integers(0, PERMANENT)), st.booleans(),
     st.lists(versions, max_size=3))
 
+decisions = st.builds(Decision, resources,
+                      st.sampled_from([Endpoint.parse("jade@example.com"),
+                                       Endpoint.parse("fred/appl=wb@example.com")]),
+                      ids, st.booleans())
 
-@given(st.one_of(watches, replies, notifies))
+
+@given(st.one_of(watches, replies, notifies, decisions))
 def test_round_trip_fits_the_dtd(doc: object) -> None:
     """What encode writes is valid against the DTD and decodes to the same value."""
     raw = encode_events(doc)  # type: ignore[arg-type]
@@ -81,6 +87,14 @@ def test_round_trip_fits_the_dtd(doc: object) -> None:
     (b"<notify resource='q.a/IBM' id='1' subscriber='j@x' state='gone' />", 501),
     (b"<notify resource='q.a/IBM' id='1' subscriber='j@x' state='active'><version source='f@x'"
      b" sourceseq='1' type='image' content-type='t'>!!</version></notify>", 501),
+    (b"<decide resource='q.a/IBM' subscriber='j@x' id='1' verdict='approve'", 500),
+    (b"<decide resource='q.a/IBM' subscriber='j@x' id='1' />", 501),
+    (b"<decide resource='q.a/IBM' subscriber='j@x' id='1' verdict='yes' />", 501),
+    (b"<decide resource='q.a/IBM' subscriber='j@x' id='1' verdict='reject' by='x' />", 501),
+    (b"<decide resource='q.a/IBM' subscriber='j@x' id='1' verdict='reject'><x /></decide>",
+     501),
+    (b"<decide resource='q.a/IBM' subscriber='j' id='1' verdict='reject' />", 553),
+    (b"<decide resource='IBM' subscriber='j@x' id='1' verdict='reject' />", 553),
     (b"<subscribe />", 501),
 ])
 def test_bad_input_gets_its_code(raw: bytes, code: int) -> None:

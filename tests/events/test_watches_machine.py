@@ -1,11 +1,13 @@
 """The watch state machine (broker/events/_watches.py) against a plain model, with hypothesis'
 stateful testing: subscribe, refresh, update, cancel, expiry, resource and topic deletion, in any
-order and at any time. The model is a dict key -> (events, expires_at); every step checks the
+order and at any time, and the administrator's decisions on watches pending for approval (every
+watch on q.b waits for one). The model is a dict key -> (events, expires_at); every step checks the
 table agrees with it, that each grant is never longer than asked, and that every Notify is the one
 the draft calls for (current state after a grant, terminated with its reason at the end)."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -21,12 +23,20 @@ from broker.events import (
 )
 from broker.kafka_io import Position
 from broker.records import JournalEntry, PublishType, RecordKind
-from common.errors import ApexpsError, EventNotUnderstood, ExpiresTooBrief, UnknownSubscription
+from common.errors import (
+    ApexpsError,
+    EventNotUnderstood,
+    ExpiresTooBrief,
+    NotTaken,
+    UnknownSubscription,
+)
 
 POLICY = ExpiresPolicy(min_s=10, max_s=100, permanent=True)
 SUBSCRIBERS = ("jade@example.com", "fred@example.com")
 RESOURCES = (Resource("q.a", "IBM"), Resource("q.a", "MSFT"), Resource("q.b", "IBM"))
 IDS = ("1", "2")
+APPROVAL_TOPIC = "q.b"
+
 EVENTS = st.frozensets(st.sampled_from([1, 2, 3, 4, 0x8000, 0x8001, 0]), max_size=3)
 EXPIRES = st.sampled_from([0, 5, 10, 50, 100, 500, PERMANENT])
 
@@ -47,7 +57,7 @@ def _understood(events: frozenset[int]) -> bool:
 class WatchMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.table = WatchTable(policy=POLICY)
+        self.table = WatchTable(policy=POLICY, approve_topics=frozenset({APPROVAL_TOPIC}))
         self.now = 1_000_000
         #: key -> (events, expires_at or None)
         self.model: dict[tuple[str, Resource, str], tuple[frozenset[int], int | None]] = {}
@@ -97,7 +107,7 @@ class WatchMachine(RuleBasedStateMachine):
         assert granted.expires == (PERMANENT if expires == PERMANENT
                                    else min(expires, POLICY.max_s))
         # pending only while it never was active; an active watch is not sent back to wait
-        waits = pending and (old is None or key in self.pending)
+        waits = (pending or res.topic == APPROVAL_TOPIC) and (old is None or key in self.pending)
         (note,) = notes
         assert note.watch == granted
         if waits:
@@ -112,12 +122,17 @@ class WatchMachine(RuleBasedStateMachine):
     @rule(who=st.sampled_from(SUBSCRIBERS), res=st.sampled_from(RESOURCES),
           wid=st.sampled_from(IDS), accept=st.booleans())
     def decide(self, who: str, res: Resource, wid: str, accept: bool) -> None:
-        """An approval or a refusal of a pending watch; of any other, nothing."""
+        """An administrator's approval or refusal of a pending watch; of any other, 550 and
+        nothing changed (the invariant checks that)."""
         key = (who, res, wid)
-        notes = self.table.approve(key) if accept else self.table.reject(key)
         if key not in self.pending:
-            assert notes == []
+            with pytest.raises(NotTaken):
+                self.table.decide(key, approve=accept)
             return
+        watch = self.table.get(key)
+        assert watch is not None
+        assert self.table.awaits_decision(watch) == (res.topic == APPROVAL_TOPIC)
+        notes = self.table.decide(key, approve=accept)
         (note,) = notes
         self.pending.discard(key)
         if accept:

@@ -15,6 +15,7 @@ from adapters.client.pubsub_client import Delivered, LinkListener, LinkTraffic
 from adapters.client.robust_client import Message
 from adapters.gateway._api import ReplayBuffer, SubscribeRequest
 from adapters.gateway._feeds import Feed
+from adapters.gateway._upstream import Upstream
 from broker.records import PublishType
 
 LINK = "web/gw-1@example.com"
@@ -77,7 +78,8 @@ class _Robust:
 
 def _feed(replay: int = 8, stream_limit: int = 4) -> tuple[Feed, _Client, _Robust]:
     client, robust = _Client(), _Robust()
-    feed = Feed("f1", "web", SubscribeRequest("q"), client, robust,  # type: ignore[arg-type]
+    feed = Feed("f1", "web", SubscribeRequest("q"),
+                Upstream(client, robust),  # type: ignore[arg-type]
                 ReplayBuffer(replay), stream_limit)
     feed.start()
     return feed, client, robust
@@ -182,3 +184,41 @@ def test_replay_buffer_epochs() -> None:
     # a first delivery in a later epoch (the feed started after a reset) is no reset
     fresh = ReplayBuffer(2)
     assert fresh.next_epoch(5) is False and fresh.epoch == 5
+
+
+def test_a_shared_link_refill_asks_for_its_own_seqs_and_keeps_only_them() -> None:
+    """On a user's shared link a watch's deliveries are not consecutive (link seqs 1, 3, 5 …
+    here; the even ones are other watches'): a refill groups them into gap requests that span
+    at most the max gap (3), skips the seqs between groups, and keeps only the feed's own seqs
+    of what comes back, under their delivery numbers."""
+    async def body() -> None:
+        feed, client, robust = _feed(replay=2)
+        _send(robust, 1, 3, 5, 7, 9, 11, 20, 40)
+        await _settle(robust)
+        got = await feed.refill(1, 8)
+        assert [seq for seq, _ in got] == list(range(1, 9))
+        assert client.gaps == [(1, 3), (5, 7), (9, 11), (20, 20), (40, 40)]
+        assert [e.split(b'"seq":')[1].split(b",")[0] for _, e in got] == [
+            b"1", b"3", b"5", b"7", b"9", b"11", b"20", b"40"]
+        assert feed.refilled == 8
+    asyncio.run(body())
+
+
+def test_an_ended_feed_serves_what_it_held_and_no_more() -> None:
+    """Once the broker ended the subscription (here before anyone read it: a watch's
+    terminated Notify may come before the gateway's answer to the POST), a stream opened on
+    the feed gets what the buffer holds and is closed, not left waiting; later deliveries are
+    not taken."""
+    async def body() -> None:
+        feed, _, robust = _feed()
+        _send(robust, 1, 2)
+        await _settle(robust)
+        feed._ended_by_broker("gone")
+        assert feed.ended
+        stream, gap = feed.open_stream(0)
+        assert gap is None and await _drain(stream) == [1, 2]
+        assert stream.closed == "ended" and await stream.get() is None
+        assert stream not in feed.streams
+        feed.deliver(Message(_stamp(3), b"m3", "text/plain"))
+        assert feed.buffer.last == 2
+    asyncio.run(body())

@@ -103,3 +103,94 @@ def test_the_brokers_watch_policy_options(kafka_config: KafkaConfig, tmp_path: P
     finally:
         proc.terminate()
         proc.communicate(timeout=60)
+
+
+APPROVAL_ACCESS = """<access domain='example.com'>
+  <allow id='locals' originator='*@example.com' tokens='pubsub:all core:data' />
+  <deny id='fred' originator='fred@example.com' tokens='pubsub:deletetopic' topic='q.c' />
+</access>
+"""
+
+
+def test_watch_decide_approves_and_rejects(kafka_config: KafkaConfig, tmp_path: Path) -> None:
+    """`apexps broker --approve-watches TOPIC` holds watches pending; `apexps watch-decide`
+    approves one (the watcher prints pending, then active with the state) or rejects one (the
+    watcher prints terminated/rejected and exits); a refusal exits 1 with the code, bad usage
+    2, no broker 3."""
+    access = tmp_path / "access.xml"
+    access.write_text(APPROVAL_ACCESS)
+    proc = subprocess.Popen(
+        [*APEXPS, "broker", "--bootstrap", kafka_config.bootstrap, "--namespace",
+         kafka_config.namespace, "--listen", "127.0.0.1:0", "--heartbeat-ms", "600000",
+         "--access", str(access), "--approve-watches", "q.c"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    watchers: list[subprocess.Popen[str]] = []
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("apex: "), line
+        server = line.split()[1]
+        assert _cli(server, "topic", "create", "q.c", "--as", "pub@example.com").returncode == 0
+        path = tmp_path / "m.xml"
+        path.write_text("<q v='1' />")
+        assert _cli(server, "publish", "--topic", "q.c", "--as", "pub@example.com",
+                    "--content-type", "application/xml", "--type", "image", "--message-id",
+                    "IBM", str(path)).returncode == 0
+
+        def watcher(wid: str) -> subprocess.Popen[str]:
+            w = subprocess.Popen(
+                [*APEXPS, "watch", "q.c/IBM", "--server", server, "--as", "jade@example.com",
+                 "--events", "modified", "--id", wid, "--count", "2"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            watchers.append(w)
+            assert w.stdout is not None and w.stderr is not None
+            said = w.stderr.readline()
+            assert f"watching q.c/IBM as {wid}" in said, said
+            first = json.loads(w.stdout.readline())
+            assert (first["state"], first["current"], first["versions"]) == ("pending", False,
+                                                                              [])
+            return w
+
+        def decide(who: str, wid: str, *verdict: str) -> subprocess.CompletedProcess[str]:
+            return _cli(server, "watch-decide", "q.c/IBM", "--as", who, "--subscriber",
+                        "jade@example.com", "--id", wid, *verdict)
+
+        approved = watcher("a")
+        nope = decide("fred@example.com", "a", "--approve")
+        assert nope.returncode == 1 and "537" in nope.stderr, nope.stderr
+        assert "pubsub:deletetopic" in nope.stderr, nope.stderr  # what it takes
+        unknown = decide("pub@example.com", "zz", "--approve")
+        assert unknown.returncode == 1 and "550" in unknown.stderr, unknown.stderr
+        done = decide("pub@example.com", "a", "--approve")
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) == {"resource": "q.c/IBM", "subscriber":
+                                           "jade@example.com", "id": "a",
+                                           "verdict": "approve", "result": "ok"}
+        out, err = approved.communicate(timeout=60)
+        assert approved.returncode == 0, err
+        (started,) = [json.loads(x) for x in out.splitlines()]
+        assert (started["state"], started["current"]) == ("active", True)
+        assert [v["content"] for v in started["versions"]] == ["<q v='1' />"]
+
+        rejected = watcher("r")
+        assert decide("pub@example.com", "r", "--reject").returncode == 0
+        out, err = rejected.communicate(timeout=60)
+        assert rejected.returncode == 0, err
+        (ended,) = [json.loads(x) for x in out.splitlines()]
+        assert (ended["state"], ended["reason"]) == ("terminated", "rejected")
+
+        for usage in ((), ("--approve", "--reject")):
+            bad = decide("pub@example.com", "a", *usage)
+            assert bad.returncode == 2, bad.stderr
+        away = subprocess.run([*APEXPS, "watch-decide", "q.c/IBM", "--as", "pub@example.com",
+                               "--subscriber", "jade@example.com", "--id", "a", "--approve",
+                               "--server", "127.0.0.1:1"],
+                              capture_output=True, text=True, timeout=120)
+        assert away.returncode == 3 and "cannot reach the broker" in away.stderr, away.stderr
+    finally:
+        for w in watchers:
+            if w.poll() is None:
+                w.kill()
+                w.communicate(timeout=60)
+        proc.terminate()
+        proc.communicate(timeout=60)
