@@ -116,6 +116,7 @@ class BrokerApp:
         self.follower = await asyncio.to_thread(
             JournalFollower, self.config, self.core.codec, self.handler.forward_threadsafe,
             start=start, recent=recent)
+        self.handler.on_acked = self.follower.acked
         # Nothing before where the follower begins is forwarded, by either road.
         self.handler.cursor.start(self.follower.start_positions)
         if self.handler.sequenced is not None:

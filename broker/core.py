@@ -49,6 +49,8 @@ class BrokerCore:
         self.codec = codec or default_codec()
         self.robust = robust or RobustConfig()
         self._producer: KafkaProducer | None = None
+        #: the link log's own producer, lingering (`KafkaConfig.link_linger_ms`)
+        self._link_producer: KafkaProducer | None = None
         self._registries: tuple[Registry[Any], ...] = ()
 
     def kafka_topics(self) -> dict[str, tuple[int, dict[str, str]]]:
@@ -91,7 +93,12 @@ class BrokerCore:
         #: Closed with the core: a refreshed registry holds a Kafka consumer.
         self._registries = (self.topics, self.subscriptions, self.access, self.holds)
         self.holds.load()
-        self.links = LinkLog(k, p, c, bits=self.robust.seq_bits, max_gap=self.robust.max_gap)
+        # The link log (and its checkpoints) on a producer of its own that lingers: no delivery
+        # waits for a link record, so its produces need not be one Kafka request each, as the
+        # journal's must (a publication's `ok` and its forwarding wait for those).
+        self._link_producer = KafkaProducer(k, **{"linger.ms": k.link_linger_ms})
+        self.links = LinkLog(k, self._link_producer, c, bits=self.robust.seq_bits,
+                             max_gap=self.robust.max_gap)
         # Recovered (and from then on written) only by the broker that serves the live path:
         # `BrokerApp` calls `items.recover()`; tools that open the core leave it alone.
         self.items = ItemStore(k, p, c)
@@ -115,6 +122,9 @@ class BrokerCore:
             except ApexpsError as exc:
                 log.warning("items not checkpointed at close; the next start replays more",
                             error=str(exc))
+            if self._link_producer is not None:  # its flush: the link records still queued
+                self._link_producer.close()
+                self._link_producer = None
             self._producer.close()
             self._producer = None
 

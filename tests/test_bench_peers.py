@@ -32,7 +32,7 @@ def test_a_tiny_run_plans_each_workload() -> None:
     assert bp.plan("W3", args) == (200, 10, 0)
 
 
-@pytest.mark.parametrize("argv", [["--systems", "kafka"], ["--workloads", "W4"],
+@pytest.mark.parametrize("argv", [["--systems", "activemq"], ["--workloads", "W4"],
                                   ["--workloads", ""], ["--runs", "0"], ["--window", "0"],
                                   ["--seconds", "0"]])
 def test_bad_arguments_are_refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -181,6 +181,31 @@ def test_figures_of_ten_subscribers_count_deliveries_and_leave_out_kafka_for_jet
     assert got["rate"] == 100.0 and got["complete"] == 0.0
     assert "cpu_kafka_us" not in got
     assert got["cpu_broker_us"] == pytest.approx(5.0)
+
+
+def test_raw_kafka_is_a_second_yardstick_beside_jetstream() -> None:
+    """Raw Kafka's column comes after JetStream's with its ratio to it; each apexps figure
+    carries its ratio to JetStream in () and to raw Kafka in []; raw Kafka has no broker CPU."""
+    results = _results()
+    cpu = {"cpu_publisher_us": 20.0, "cpu_subscribers_us": 30.0, "cpu_kafka_us": 35.0}
+    results[("kafka", "W1")] = {"rate": 10_000.0, "complete": 1.0, **cpu}
+    results[("kafka", "W2")] = {"p50_ms": 1.0, "p99_ms": 8.0, "complete": 1.0, **cpu}
+    lines = bp.table(results)
+    assert lines[0].split() == ["jetstream", "kafka", "robust"]
+    w1 = next(line for line in lines if line.startswith("W1"))
+    assert w1.split()[-6:] == ["20,000", "10,000", "(0.50x)", "5,000", "(0.25x)", "[0.50x]"]
+    p50 = next(line for line in lines if "p50" in line)
+    assert p50.split()[-6:] == ["0.50", "1.00", "(2.00x)", "2.00!", "(4.00x)", "[2.00x]"]
+    assert "  W1 kafka      Kafka 35, publisher 20, subscribers 30" in lines
+
+
+def test_raw_kafka_figures_have_no_broker_cpu() -> None:
+    """No broker process: no broker figure (not a zero that would read as free)."""
+    got = bp.figures(100, {"began": 0.0, "cpu": 0.0},
+                     {"latencies": [[5] * 100], "last": 1.0, "cpu": 0.0, "complete": True},
+                     broker_cpu=None, kafka_cpu=0.01)
+    assert "cpu_broker_us" not in got
+    assert got["cpu_kafka_us"] == pytest.approx(100.0)
 
 
 def test_quick_is_a_small_single_run() -> None:

