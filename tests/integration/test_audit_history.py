@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -115,10 +116,15 @@ def _a_data_record(links: list[Row], link: str, skip: int = 0) -> Row:
     """A DATA record of `link` in its latest epoch carrying a publisher's message (the
     `skip`-th from its third; the service's own notices on well-known topics are not ours)."""
     latest = max(r[3] for r in links if r[1] == link)
+    # A new epoch begins by re-sending what the crash may have left unlogged (robust-binding
+    # §2.5), so a message near its start may have been carried in the old epoch too; removing
+    # one of two carriages is no `missing`. Only messages the link carried once qualify.
+    carried = Counter((r[6], r[7]) for r in links if r[1] == link and r[5] == "DATA")
     rows = [r for r in links if r[1] == link and r[5] == "DATA" and r[3] == latest]
     # two publishers' deliveries in a row, so that a swap of them is one reorder
     at = next(i for i in range(2, len(rows) - 1)
-              if rows[i][6].startswith("p") and rows[i + 1][6].startswith("p"))
+              if all(rows[j][6].startswith("p") and carried[rows[j][6], rows[j][7]] == 1
+                     for j in (i, i + 1)))
     return rows[at + skip]
 
 
