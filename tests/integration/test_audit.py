@@ -320,6 +320,22 @@ class _Planned(Exception):  # carries the audit out of the command, before any w
         self.result = result
 
 
+def _planned_audit(history: KafkaConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The audit's result as `apexps audit` plans it, taken before anything is written."""
+    import broker.spark.audit as package
+
+    real = package.audit
+
+    def planned(*args: Any, **kwargs: Any) -> Any:
+        raise _Planned(real(*args, **kwargs))
+
+    monkeypatch.setattr(package, "audit", planned)
+    with pytest.raises(_Planned) as got:
+        main(["audit", "--bootstrap", history.bootstrap, "--namespace", history.namespace,
+              "--out", str(tmp_path)])
+    return got.value.result
+
+
 #: Shuffles by these keys would be a kept frame's rows grouped again: the link log's windows
 #: (link, ordinal | epoch ...), the journal's per-source checks (source, lo | publisher_seq),
 #: the pairs' joins with the registries (topic; subscriber, topic, token) and judge's fold.
@@ -335,18 +351,8 @@ def test_the_reconciliation_shuffles_no_kept_frame_again(history: KafkaConfig, t
     grouping keys, and at most five in all (the lookups of the deliveries no pair explains, and
     the decode errors' de-duplication: few rows). A check of the plan, not of a timing; before,
     the same plan held 84 shuffles."""
-    import broker.spark.audit as package
-
-    real = package.audit
-
-    def planned(*args: Any, **kwargs: Any) -> Any:
-        raise _Planned(real(*args, **kwargs))
-
-    monkeypatch.setattr(package, "audit", planned)
-    with pytest.raises(_Planned) as got:
-        main(["audit", "--bootstrap", history.bootstrap, "--namespace", history.namespace,
-              "--out", str(tmp_path)])
-    plan = got.value.result.findings._jdf.queryExecution().executedPlan().toString()
+    findings = _planned_audit(history, tmp_path, monkeypatch).findings
+    plan = findings._jdf.queryExecution().executedPlan().toString()
     shuffles = [tuple(re.sub(r"#\d+L?$", "", key) for key in keys.split(", ")[:-1])
                 for keys in re.findall(r"Exchange hashpartitioning\((.*?)\), ENSURE_REQUIREMENTS",
                                        plan)]
@@ -360,18 +366,8 @@ def test_no_python_runs_in_the_reconciliation_of_undated_messages(
     reading (decisions.pairs) is not in the plan: neither the pairs' nor the findings' plan
     evaluates a Python UDF (before, every audit ran it, over the dated messages' empty half of
     a union that also scanned the messages twice)."""
-    import broker.spark.audit as package
-
-    real = package.audit
-
-    def planned(*args: Any, **kwargs: Any) -> Any:
-        raise _Planned(real(*args, **kwargs))
-
-    monkeypatch.setattr(package, "audit", planned)
-    with pytest.raises(_Planned) as got:
-        main(["audit", "--bootstrap", history.bootstrap, "--namespace", history.namespace,
-              "--out", str(tmp_path)])
-    for frame in (got.value.result.pairs, got.value.result.findings):
+    result = _planned_audit(history, tmp_path, monkeypatch)
+    for frame in (result.pairs, result.findings):
         plan = frame._jdf.queryExecution().executedPlan().toString()
         assert "BatchEvalPython" not in plan and "ArrowEvalPython" not in plan
 
