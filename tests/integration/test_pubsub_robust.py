@@ -27,6 +27,7 @@ from common.errors import (
 )
 from tests.integration.broker_process import start_broker
 from tests.integration.deliveries import deliveries
+from tests.integration.link_log import logged
 
 pytestmark = pytest.mark.kafka
 
@@ -230,6 +231,7 @@ async def _after_kill(config: KafkaConfig) -> None:
         for k in range(10):
             await pub.publish("q.crash", f"c{k}".encode())
         live = await deliveries(fred, 10)
+        await logged(config, ("fred-crash",), 10)  # the refill's records, out of their linger
         proc.kill()
         await proc.wait()
         for c in (pub, fred):

@@ -22,13 +22,12 @@ from adapters.client.pubsub_client import Delivered, PubsubClient
 from adapters.client.reconnect import ReconnectPolicy
 from adapters.client.resequencer import Positions
 from adapters.client.robust_client import Message, RobustSubscriber
-from broker.codec import default_codec
-from broker.kafka_io import KafkaConfig, read_partition
-from broker.robust._link_writer import BATCH_SCHEMA
+from broker.kafka_io import KafkaConfig
 from broker.robust.config import RobustConfig
 from common.errors import ApexpsError
 from tests.apex.tcp_proxy import TcpProxy
 from tests.integration.broker_process import start_broker
+from tests.integration.link_log import logged
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -268,28 +267,6 @@ def test_cli_subscribe_refuses_a_state_file_of_another_link(kafka_config: KafkaC
 # --- (d) the broker is killed and restarted ----------------------------------------------
 
 
-async def _logged(config: KafkaConfig, links: tuple[str, ...], ordinal: int) -> None:
-    """Until the link log in Kafka holds a record of each of `links` with at least `ordinal`
-    (read from Kafka: the broker is another process). Its link records linger in their
-    producer for a few ms after they are sent (broker/core.py); one a kill -9 finds there is
-    lost, and the restarted broker sends its message again in the new epoch instead of
-    refilling it (robust-binding §2.5). This test is about the refill."""
-    codec = default_codec()
-
-    def tops() -> dict[str, int]:
-        top = dict.fromkeys(links, 0)
-        for rec in read_partition(config, config.topic("links"), 0):
-            name, body = codec.decode(rec.value) if rec.value is not None else ("", None)
-            for r in body["records"] if name == BATCH_SCHEMA else [body] if body else []:
-                if r["link"] in top:
-                    top[r["link"]] = max(top[r["link"]], r["ordinal"])
-        return top
-
-    deadline = asyncio.get_running_loop().time() + TIMEOUT
-    while min((got := await asyncio.to_thread(tops)).values()) < ordinal:  # reads wait on Kafka
-        assert asyncio.get_running_loop().time() < deadline, f"link records not durable: {got}"
-
-
 async def _close_quietly(*clients: PubsubClient) -> None:
     for client in clients:
         with contextlib.suppress(ApexpsError, OSError):
@@ -336,7 +313,7 @@ def test_broker_kill_9_and_restart_while_subscribed(kafka_config: KafkaConfig,
             await _seen(control, 20)
             await take(10, "direct")
             # a reset (ordinal 0) and 20 messages on each link (one pack holds every link's)
-            await _logged(kafka_config, ("direct-kill", "held-kill"), 20)
+            await logged(kafka_config, ("direct-kill", "held-kill"), 20)
             os.kill(proc.pid, signal.SIGKILL)
             await proc.wait()
             await _close_quietly(pub, control)
