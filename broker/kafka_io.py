@@ -20,7 +20,9 @@ for one-off reads; `PartitionReader` keeps one for reads repeated for ever (a re
 Why one module of this length: it is the one place confluent-kafka is imported (the lint
 rules hold every other module to that), so the producer, the reads, the admin calls and the
 warm-up live together behind typed functions. What is not Kafka's is kept out: the record
-writer (`journal_writer.py`), the codec, the checkpoint book.
+writer (`journal_writer.py`), the codec, the checkpoint book. What grew it past 700 lines
+this round is settings, not logic: the link log's lingering producer (`link_linger_ms`) and a
+tail's fetch wait and size, each with the measurement that chose it beside it.
 """
 
 from __future__ import annotations
