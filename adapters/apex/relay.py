@@ -56,6 +56,7 @@ RFC 3342 options it honours are in `options.py` and `_party.py`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import itertools
 import time
@@ -102,6 +103,7 @@ from .codec import (
 )
 from .endpoint import Endpoint
 from .options import DATA_HOPPING, DATA_TIMING, HOLD_FOR_ENDPOINT, validate_options
+from .ticket import Ticket
 
 __all__ = [
     "ATTACH_OVERRIDE",
@@ -224,7 +226,12 @@ class Pending:
     def settle_then(self, done: Callable[[Outcome | BaseException], None]) -> None:
         """`settle()` without a task: `done(outcome)` runs on the event loop once every call
         has finished (`done(exc)` where settling raised). The server takes every data this
-        way: a task and a gather per publication cost more than the rest of its reply."""
+        way: a task and a gather per publication cost more than the rest of its reply.
+        A single call that is a `Ticket` (a publication) is not made a future at all: `done`
+        runs in the same pass as the ticket's batch settles (ticket.py)."""
+        if len(self.calls) == 1 and type(self.calls[0][1]) is Ticket:
+            self.calls[0][1].then(functools.partial(self._finish_then, done))
+            return
         futures = [asyncio.ensure_future(call) for _, call in self.calls]
         left = len(futures)
 
@@ -249,6 +256,15 @@ class Pending:
 
         for future in futures:
             future.add_done_callback(finished)
+
+    def _finish_then(self, done: Callable[[Outcome | BaseException], None],
+                     result: Iterable[Data] | BaseException) -> None:
+        try:
+            outcome = self._finish([result])
+        except BaseException as exc:  # handed on: the caller answers for it
+            done(exc)
+            return
+        done(outcome)
 
     def _finish(self, results: list[Iterable[Data] | BaseException]) -> Outcome:
         deliveries: list[Delivery] = []

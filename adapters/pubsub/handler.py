@@ -75,6 +75,7 @@ from adapters.apex.robust_codec import (
     encode_robust,
     find_publish_meta,
 )
+from adapters.apex.ticket import Ticket
 from broker.delivery.cursor import ForwardCursor
 from broker.events import APP_EVENT_OPTION, WatchTable
 from broker.journal import Appended, Journal, PublisherPosition
@@ -144,7 +145,7 @@ class PubsubHandler:
         #: transIDs of requests we forwarded to a redistributor -> (who asked, their transID)
         self._forwarded: dict[int, tuple[Endpoint, int]] = {}
         #: publications accepted in this event-loop turn, appended together
-        self._batch: list[tuple[Publication, asyncio.Future[Iterable[Data]]]] = []
+        self._batch: list[tuple[Publication, Ticket]] = []
         #: forwards each journal entry once, in offset order, from whichever road brings it
         #: first: Kafka's acknowledgement of our append, or the journal follower
         self.cursor = ForwardCursor(self.forward)
@@ -263,9 +264,10 @@ class PubsubHandler:
             return asyncio.ensure_future(self._manage(origin, op))
         return self._publish(data, topic)
 
-    def _publish(self, data: Data, topic: str) -> asyncio.Future[Iterable[Data]]:
+    def _publish(self, data: Data, topic: str) -> Ticket:
         """Checked now (537, 550); appended with whatever else arrived in this event-loop turn,
-        in arrival order, as one journal batch; answered once Kafka holds it."""
+        in arrival order, as one journal batch; answered once Kafka holds it, the whole batch
+        in one pass (a `Ticket` each, not an asyncio future: adapters/apex/ticket.py)."""
         hops = {"dataHopping": str(hop_limit(data.options) or DEFAULT_HOPS)}
         meta = find_publish_meta(data.options) or _PLAIN
         if meta.event is not None:  # its application event (event-binding.md §2)
@@ -275,7 +277,7 @@ class PubsubHandler:
                                   message_id=meta.message_id, permission_token=meta.token,
                                   publisher_seq=meta.publisher_seq)
         self.events.published(str(data.originator), pub, implicit=meta.implicit)
-        done: asyncio.Future[Iterable[Data]] = self._loop.create_future()
+        done = Ticket()
         if not self._batch:
             self._loop.call_soon(self._append_batch)
         self._batch.append((pub, done))
@@ -285,12 +287,14 @@ class PubsubHandler:
         batch, self._batch = self._batch, []
         self.gate.append_many([pub for pub, _ in batch], functools.partial(self._appended, batch))
 
-    def _appended(self, batch: list[tuple[Publication, asyncio.Future[Iterable[Data]]]],
+    def _appended(self, batch: list[tuple[Publication, Ticket]],
                   results: list[Outcome]) -> None:
         """Answer the publishers, then forward what Kafka acknowledged, from memory
         (broker/delivery/cursor.py): no fetch of the journal between its `ok` and its
         subscribers. A copy answered without a record of its own forwards nothing."""
-        _resolve_all([done for _, done in batch], results)
+        for (_, done), result in zip(batch, results, strict=True):
+            # Appended and AlreadyDurable are both `ok` (durable); an error is the data's own.
+            done.settle(result if isinstance(result, Exception) else ())
         self._forward_acked([pub for pub, _ in batch], results)
 
     def _forward_acked(self, pubs: Sequence[Publication], results: list[Outcome]) -> None:
@@ -525,17 +529,3 @@ class PubsubHandler:
             for notice in self._notices(ended):
                 self._send(notice)
 
-
-def _resolve_all(futures: list[asyncio.Future[Iterable[Data]]], results: list[Outcome]) -> None:
-    """Appended and AlreadyDurable are both `ok` (durable); an error is the data's error."""
-    for done, result in zip(futures, results, strict=True):
-        _resolve(done, result if isinstance(result, Exception) else None)
-
-
-def _resolve(done: asyncio.Future[Iterable[Data]], err: Exception | None) -> None:
-    if done.done():
-        return
-    if err is None:
-        done.set_result(())
-    else:
-        done.set_exception(err)
