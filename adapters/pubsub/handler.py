@@ -90,12 +90,15 @@ from broker.robust.linkid import default_link_id
 from broker.robust.links import LinkLog
 from common.errors import ApexpsError, OptionNotImplemented, ParameterSyntaxError
 
-from ._deliveries import SendData
+from ._deliveries import SendData, endpoint_of
 from ._wkt_publisher import WktPublisher
 from .events import EventNotifier
 from .sequenced import SequencedFanout
 
 __all__ = ["PubsubHandler"]
+
+#: Topics whose plain-path origin endpoint is kept (past it the cache starts over).
+_ORIGINS_LIMIT = 65_536
 
 log = structlog.get_logger(__name__)
 
@@ -146,6 +149,8 @@ class PubsubHandler:
         self._forwarded: dict[int, tuple[Endpoint, int]] = {}
         #: publications accepted in this event-loop turn, appended together
         self._batch: list[tuple[Publication, Ticket]] = []
+        #: topic -> apex=pubsub/TOPIC@D, the plain path's origin of the topic's data
+        self._origins: dict[str, Endpoint] = {}
         #: forwards each journal entry once, in offset order, from whichever road brings it
         #: first: Kafka's acknowledgement of our append, or the journal follower
         self.cursor = ForwardCursor(self.forward)
@@ -490,11 +495,15 @@ class PubsubHandler:
         if self.sequenced is not None:
             self.sequenced.forward(entries)
             return
-        for entry in entries:
-            chosen = [(r, ids) for r, ids in self.service.recipients_for(entry)
-                      if self.service.entitled(entry, r, live=True)]  # tokens, expiry
+        # One pass over the batch: the table's lock taken once for all of it, each
+        # subscriber's endpoint parsed once (endpoint_of), each topic's origin built once.
+        entitled = self.service.entitled
+        for entry, recipients in zip(entries, self.service.recipients_for_many(entries),
+                                     strict=True):
+            chosen = [(r, ids) for r, ids in recipients
+                      if entitled(entry, r, live=True)]  # tokens, expiry
             if chosen:
-                self._send(self._plain(entry, tuple(Endpoint.parse(r) for r, _ in chosen),
+                self._send(self._plain(entry, tuple(endpoint_of(r) for r, _ in chosen),
                                        tuple(ids for _, ids in chosen)))
 
     def _plain(self, entry: JournalEntry, to: tuple[Endpoint, ...],
@@ -505,7 +514,12 @@ class PubsubHandler:
         option = Option("dataHopping", next(self._forward_ids), target_hop=TargetHop.ALL,
                         must_understand=True,
                         content=f"<dataHopping noMoreThan='{hops}' reportErrors='true' />")
-        origin = Endpoint(SERVICE, self.service.domain, entry.topic)
+        origin = self._origins.get(entry.topic)
+        if origin is None:  # built once per topic: an Endpoint checks its parts
+            if len(self._origins) >= _ORIGINS_LIMIT:
+                self._origins.clear()
+            origin = self._origins[entry.topic] = Endpoint(SERVICE, self.service.domain,
+                                                           entry.topic)
         per = tuple(() if ids is None else (in_re_option(ids),) for ids in in_re)
         return Data(origin, to, entry.content, entry.content_type, options=(option,),
                     recipient_options=per if any(per) else (),

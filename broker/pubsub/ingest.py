@@ -149,9 +149,10 @@ def ingest(content: bytes, content_type: str, *, topic: str, publisher: str, now
     fields = extract_fields(root, schema)
     # The broker's view of the headers, not the content's claims.
     keep = None if schema is None else schema.types
-    overrides = {"topic": topic, "publisher": publisher,
-                 "publication-date": given_date or _iso(now)}
-    for name, value in overrides.items():
-        if keep is None or name in keep:
-            fields[name] = [value]
+    if keep is None or "topic" in keep:
+        fields["topic"] = [topic]
+    if keep is None or "publisher" in keep:
+        fields["publisher"] = [publisher]
+    if keep is None or "publication-date" in keep:  # formatted only when kept: a datetime each
+        fields["publication-date"] = [given_date or _iso(now)]
     return Ingested(publisher, published, expires, message_id or header_id, revision, fields)

@@ -481,14 +481,25 @@ class PubsubService:
         InRe ids it satisfied (None: leave InRe out)."""
         now = self._clock() if now is None else now
         with self._lock:
-            pairs = self._table.deliveries(entry, now)
-            out: dict[str, tuple[str, ...] | None] = {}
-            for who, link in pairs:
-                ids = self._table.in_re(entry, who, link, now)
-                if who in out:  # two links of one subscriber: one data, every id
-                    ids = tuple(dict.fromkeys((*(out[who] or ()), *(ids or ()))))
-                out[who] = ids
-            return list(out.items())
+            return self._recipients_for(entry, now)
+
+    def _recipients_for(self, entry: JournalEntry, now: int,
+                        ) -> list[tuple[str, tuple[str, ...] | None]]:
+        """`recipients_for`, the caller holding the lock."""
+        out: dict[str, tuple[str, ...] | None] = {}
+        for who, link in self._table.deliveries(entry, now):
+            ids = self._table.in_re(entry, who, link, now)
+            if who in out:  # two links of one subscriber: one data, every id
+                ids = tuple(dict.fromkeys((*(out[who] or ()), *(ids or ()))))
+            out[who] = ids
+        return list(out.items())
+
+    def recipients_for_many(self, entries: Sequence[JournalEntry], now: int | None = None,
+                            ) -> list[list[tuple[str, tuple[str, ...] | None]]]:
+        """`recipients_for` of each entry of a batch, under one lock and one clock reading."""
+        now = self._clock() if now is None else now
+        with self._lock:
+            return [self._recipients_for(entry, now) for entry in entries]
 
     def recipient_links(self, topic: str, now: int | None = None) -> list[tuple[str, str]]:
         """(subscriber, link) of each subscription to `topic` active now."""

@@ -55,7 +55,7 @@ def parse_message(message: bytes | str, max_bytes: int = DEFAULT_MAX_MESSAGE_BYT
 def _local(tag: Any) -> str | None:
     if not isinstance(tag, str):
         return None  # a comment or processing instruction
-    return etree.QName(tag).localname
+    return tag if tag[0] != "{" else etree.QName(tag).localname  # no namespace: the name
 
 
 def extract_fields(
@@ -96,9 +96,13 @@ def extract_fields(
             return
         if depth > max_depth:
             raise InvalidMessage(f"message is nested deeper than {max_depth} elements")
-        add(name, "".join(element.itertext()).strip(_XML_SPACE))
+        # An element's value is all its descendants' text: joined only when it is kept (a
+        # topic's schema names a few fields; the root's text was the whole message, joined
+        # and thrown away per publication: py-spy, W3, 2026-11-26).
+        if keep is None or name in keep:
+            add(name, "".join(element.itertext()).strip(_XML_SPACE))
         for attr, value in element.attrib.items():
-            add(etree.QName(attr).localname, value)
+            add(attr if attr[0] != "{" else etree.QName(attr).localname, value)
         for child in element:
             walk(child, depth + 1)
 

@@ -153,3 +153,23 @@ def test_schema_boolean_and_conflicting_declarations() -> None:
     sel = selectors.compile("JMS", "f = TRUE AND f", schema)
     assert sel.matches_fields({"f": ["1"]}) is True
     assert sel.evaluate({"f": ["maybe"]}) is None
+
+
+@pytest.mark.parametrize("names", [("symbol",), ("equity-quote", "last-trade"),
+                                   ("issue-name", "symbol", "topic"), ("lang", "currency")])
+def test_a_schema_keeps_exactly_the_fields_it_names_of_the_full_extraction(
+        names: tuple[str, ...]) -> None:
+    """With a schema, extraction skips the values of names it does not keep (their text is
+    not even joined); what it keeps is exactly the schema-free extraction's, namespaced
+    attributes by local name included."""
+    message = DRAFT_MESSAGE.replace(
+        b"<equity-quote symbol='XMPL'>",
+        b"<equity-quote symbol='XMPL' xml:lang='en' xmlns:m='urn:m' m:currency='USD'>")
+    decls = "".join(f"<xs:element name='{n}' type='xs:string'/>" for n in names)
+    schema = selectors.parse_selector_schema(
+        "<selector-schema class='JMS' xmlns:xs='http://www.w3.org/2001/XMLSchema'>"
+        f"<xs:schema>{decls}</xs:schema></selector-schema>".encode())
+    everything = selectors.extract_fields(message)
+    assert everything["lang"] == ["en"] and everything["currency"] == ["USD"]
+    assert selectors.extract_fields(message, schema) == \
+        {k: v for k, v in everything.items() if k in names}
