@@ -396,12 +396,13 @@ class ApexServer:
             if not queue:
                 continue
             with structlog.contextvars.bound_contextvars(peer=session.peer, channel=channel):
-                self._drain(session, channel, queue)
+                self._drain(session, channel, queue, log.bind())
             # The replies of one journal batch leave in one write, not one each (a loopback
             # write that wakes its reader cost 15 µs of CPU against 2 back to back, measured).
             self._flush_later(session)
 
-    def _drain(self, session: _Session, channel: int, queue: deque[AwaitedReply]) -> None:
+    def _drain(self, session: _Session, channel: int, queue: deque[AwaitedReply],
+               logger: structlog.typing.FilteringBoundLogger) -> None:
         while queue and queue[0].outcome is not None:
             done = queue.popleft()
             final = done.outcome
@@ -412,7 +413,7 @@ class ApexServer:
             if channel not in session.channels:
                 continue
             try:
-                self._complete(session, done.event, done.operation, final)
+                self._complete(session, done.event, done.operation, final, logger)
             except ApexpsError as exc:  # the session ended while the service worked
                 log.info("reply dropped", error=str(exc))
             except Exception:  # a bug: the replies behind this one must still go
@@ -421,14 +422,16 @@ class ApexServer:
             del session.waiting[channel]
 
     def _complete(self, session: _Session, event: MessageReceived, operation: Operation,
-                  outcome: Outcome) -> None:
+                  outcome: Outcome,
+                  logger: structlog.typing.FilteringBoundLogger | None = None) -> None:
         # `log.bind()`: the configured logger itself. `log.info` on the module's lazy proxy
         # looks it up through `__getattr__` every time, which on this once-per-operation line
         # cost a few percent of the operation. Data accepted is traffic, not an event of the
         # session: at a thousand publications a second a line each would drown what an
         # operator looks for, so it goes at debug; refusals and everything else at info.
+        # `_drain` binds once for a batch's replies.
         code = outcome.reply.code if isinstance(outcome.reply, Error) else 250
-        logger = log.bind()
+        logger = log.bind() if logger is None else logger
         emit = logger.debug if type(operation) is Data and code == 250 else logger.info
         emit("apex operation", operation=type(operation).__name__.lower(), reply=code,
              deliveries=len(outcome.deliveries))
