@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -158,26 +158,26 @@ class JournalEntry:
     def from_avro(cls, position: Position, rec: Mapping[str, Any]) -> JournalEntry:
         # Enum lookups by dict: the follower and gap fills build these by the ten thousand.
         kind, ptype = rec["kind"], rec["publish_type"]
-        return cls(
-            position=position,
-            kind=_RECORD_KINDS.get(kind) or RecordKind(kind),
-            topic=rec["topic"],
-            source=rec["source"],
-            source_seq=rec["source_seq"],
-            gap_to=rec["gap_to"],
-            gap_reason=rec["gap_reason"],
-            publish_type=_PUBLISH_TYPES.get(ptype) or PublishType(ptype),
-            publisher_seq=rec["publisher_seq"],
-            message_id=rec["message_id"],
-            revision_id=rec["revision_id"],
-            publication_date=to_ms(rec["publication_date"]),
-            expiration_date=rec["expiration_date"],
-            permission_token=rec["permission_token"],
-            content_type=rec["content_type"],
-            content=rec["content"],
-            fields=rec["fields"],
-            options=rec["options"],
-            appended_at=to_ms(rec["appended_at"]) or 0,
+        return _new_entry(
+            position,
+            _RECORD_KINDS.get(kind) or RecordKind(kind),
+            rec["topic"],
+            rec["source"],
+            rec["source_seq"],
+            rec["gap_to"],
+            rec["gap_reason"],
+            _PUBLISH_TYPES.get(ptype) or PublishType(ptype),
+            rec["publisher_seq"],
+            rec["message_id"],
+            rec["revision_id"],
+            to_ms(rec["publication_date"]),
+            rec["expiration_date"],
+            rec["permission_token"],
+            rec["content_type"],
+            rec["content"],
+            rec["fields"],
+            rec["options"],
+            to_ms(rec["appended_at"]) or 0,
         )
 
 
@@ -193,7 +193,7 @@ class JournalEntry:
         broker's event loop flat out (py-spy, W1). The copies of `fields` and `options` are
         what the round trip made too: the entry must not share the publication's mappings."""
         ptype = pub.publish_type
-        return cls(
+        return _new_entry(
             position, RecordKind.DATA, pub.topic, pub.source, source_seq, None, None,
             _PUBLISH_TYPES.get(ptype) or PublishType(ptype), pub.publisher_seq,
             pub.message_id, pub.revision_id, pub.publication_date, pub.expiration_date,
@@ -201,6 +201,26 @@ class JournalEntry:
             {k: list(v) for k, v in pub.fields.items()}, dict(pub.options), appended_at)
 
 
+def _slot_builder(cls: type[Any]) -> Any:
+    """A positional constructor of the frozen, slotted dataclass `cls`, in field order, that
+    sets each slot through its descriptor. The generated `__init__` of a frozen dataclass goes
+    through `object.__setattr__`, looked up per field: for the 19 fields of a `JournalEntry`
+    it took three times as long (7.3 against 2.4 µs, measured here), once per publication on
+    the acknowledgement road and once per record the follower or a gap fill decodes. Nothing
+    is checked or defaulted: every field must be given (the callers below give them all)."""
+    setters = tuple(cls.__dict__[name].__set__ for name in cls.__dataclass_fields__)
+    new = object.__new__
+
+    def build(*values: Any) -> Any:
+        obj = new(cls)
+        for put, value in zip(setters, values):  # noqa: B905 - the callers give every field
+            put(obj, value)
+        return obj
+
+    return build
+
+
+_new_entry: Callable[..., JournalEntry] = _slot_builder(JournalEntry)
 _RECORD_KINDS = {k.value: k for k in RecordKind}
 _PUBLISH_TYPES = {t.value: t for t in PublishType}
 

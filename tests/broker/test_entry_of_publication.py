@@ -33,5 +33,15 @@ def test_the_acknowledged_entry_is_the_one_the_follower_decodes(
     value = DataRecordWriter(codec).encode(pub, seq, at)
     position = Position(3, 41)
     _, decoded = codec.decode(value, expect=SCHEMA)
-    assert JournalEntry.of_publication(pub, seq, at, position) == \
-        JournalEntry.from_avro(position, decoded)
+    entry = JournalEntry.of_publication(pub, seq, at, position)
+    assert entry == JournalEntry.from_avro(position, decoded)
+    # Both are built by the same slot builder (records.py): each field checked on its own too,
+    # against the dataclass's own constructor, so a builder that mixed fields up is caught.
+    assert entry == JournalEntry(**{name: getattr(entry, name)
+                                    for name in JournalEntry.__dataclass_fields__})
+    assert (entry.position, entry.source_seq, entry.appended_at) == (position, seq, at)
+    for name in ("topic", "source", "content", "content_type", "message_id", "revision_id",
+                 "publication_date", "expiration_date", "permission_token", "publisher_seq"):
+        assert getattr(entry, name) == getattr(pub, name), name
+    assert entry.fields == {k: list(v) for k, v in pub.fields.items()}
+    assert entry.options == dict(pub.options) and entry.publish_type == pub.publish_type
