@@ -10,8 +10,13 @@ up into a generation no collection walks (the Python docs' own recipe for server
 higher young threshold makes collections fewer; the delivery path's own objects die young, by
 reference counting, so few cycles wait for the collector meanwhile.
 
-Only the process that serves calls this (`apexps up`/`apexps broker`, and the benchmarks'
-servers, which stand for them); a library would not change its host's collector.
+The gateway (`apexps gateway`) is such a server too: 1,000 SSE streams and the aiohttp,
+BEEP and lxml machinery behind them, where an unfrozen full collection was measured at up to
+327 ms and a middle one at 230 ms (ops/bench/bench_gateway.py --stages, load 6.9), each a stall
+of every stream.
+
+Only the processes that serve call this (`apexps up`/`apexps broker`/`apexps gateway`, and the
+benchmarks' servers, which stand for them); a library would not change its host's collector.
 """
 
 from __future__ import annotations

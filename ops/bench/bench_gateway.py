@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import statistics
@@ -39,16 +40,22 @@ from pathlib import Path
 
 import aiohttp
 
+from adapters.cli import heap
 from adapters.client.pubsub_client import PubsubClient
 from broker.records import PublishType
+
+from ._stage_report import report
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHING = 64
 APEXPS = [sys.executable, "-m", "adapters.cli.main", "--log-level", "warning"]
 
 
-async def _start(*args: str) -> tuple[asyncio.subprocess.Process, str]:
-    proc = await asyncio.create_subprocess_exec(*APEXPS, *args, cwd=ROOT,
+async def _start(*args: str, stages: Path | None = None
+                 ) -> tuple[asyncio.subprocess.Process, str]:
+    cmd = APEXPS if stages is None else [
+        sys.executable, "-m", "ops.bench._stages", str(stages), *APEXPS[3:]]
+    proc = await asyncio.create_subprocess_exec(*cmd, *args, cwd=ROOT,
                                                 stdout=asyncio.subprocess.PIPE)
     assert proc.stdout is not None
     return proc, (await asyncio.wait_for(proc.stdout.readline(), 120)).decode().split()[1]
@@ -67,6 +74,8 @@ class _Client:
     latencies: list[float] = field(default_factory=list)
     last: int = 0
     broken: int = 0
+    #: send time (the key) -> receipt time, ns (--stages)
+    received: dict[str, int] = field(default_factory=dict)
 
 
 async def _follow(http: aiohttp.ClientSession, url: str, client: _Client,
@@ -96,29 +105,34 @@ async def _follow(http: aiohttp.ClientSession, url: str, client: _Client,
                 else:
                     sent = int(data["content"])
                 if measuring.is_set():
-                    client.latencies.append((time.time_ns() - sent) / 1e6)
+                    now = time.time_ns()
+                    client.latencies.append((now - sent) / 1e6)
+                    client.received[str(sent)] = now
 
 
 async def _publish(pub: PubsubClient, targets: list[tuple[str, str | None]],
-                   stop: asyncio.Event, acked: list[int]) -> int:
+                   stop: asyncio.Event, acked: list[int], oks: dict[str, int]) -> int:
     """Each (topic, message-id) once a second, spread over the second; up to PUBLISHING
     publications in flight, so the rate does not hang on one Kafka acknowledgement at a time.
     With a message-id, an update of that item that gives the publisher no implicit watch.
-    `acked[0]` counts the publications the broker has acknowledged (held durably)."""
+    `acked[0]` counts the publications the broker has acknowledged (held durably); `oks`
+    gets each one's send time (its content) -> the time of its `ok`, ns."""
     loop = asyncio.get_running_loop()
     step, sent, start = 1.0 / len(targets), 0, loop.time()
     slots = asyncio.Semaphore(PUBLISHING)
     flying: set[asyncio.Task[None]] = set()
 
     async def one(topic: str, item: str | None) -> None:
+        sent = str(time.time_ns())
         try:
             if item is None:
-                await pub.publish(topic, str(time.time_ns()).encode())
+                await pub.publish(topic, sent.encode())
             else:
-                await pub.publish(topic, str(time.time_ns()).encode(), "text/plain",
+                await pub.publish(topic, sent.encode(), "text/plain",
                                   publish_type=PublishType.UPDATE, message_id=item,
                                   implicit=False)
             acked[0] += 1
+            oks[sent] = time.time_ns()
         finally:
             slots.release()
 
@@ -139,11 +153,18 @@ async def _publish(pub: PubsubClient, targets: list[tuple[str, str | None]],
 
 async def main(args: argparse.Namespace) -> None:
     ns = f"bench{uuid.uuid4().hex[:8]}"
+    stages = None if args.stages is None else Path(args.stages)
+    if stages is not None:
+        stages.mkdir(parents=True, exist_ok=True)
+        for old in stages.glob("*.stages"):
+            old.unlink()
     broker, apex = await _start("broker", "--bootstrap", args.bootstrap, "--namespace", ns,
-                                "--listen", "127.0.0.1:0")
+                                "--listen", "127.0.0.1:0",
+                                stages=None if stages is None else stages / "broker.stages")
     port = int(apex.rpartition(":")[2])
     gateway, url = await _start("gateway", "--listen", "127.0.0.1:0", "--broker",
-                                f"127.0.0.1:{port}")
+                                f"127.0.0.1:{port}",
+                                stages=None if stages is None else stages / "gateway.stages")
     url = url.rstrip("/")
     idle = []
     try:
@@ -169,9 +190,16 @@ async def main(args: argparse.Namespace) -> None:
                          for c, r in zip(clients, readies, strict=True)]
             for ready in readies:
                 await asyncio.wait_for(ready.wait(), 300)
-            acked = [0]
+            # what stands for 1,000 browsers must not stall them all at once: its heap is
+            # frozen as the servers' are (adapters/cli/heap.py), and its pauses are printed
+            heap.settle()
+            pauses = _gc_pauses(measuring)
+            acked: list[int] = [0]
+            oks: dict[str, int] = {}
+            lags: list[float] = []
+            lagging = asyncio.create_task(_loop_lag(lags, measuring))
             publishing = asyncio.create_task(
-                _publish(pub, [(c.topic, c.item) for c in clients], stop, acked))
+                _publish(pub, [(c.topic, c.item) for c in clients], stop, acked, oks))
             await asyncio.sleep(args.warmup)
             measuring.set()
             cpu0, t0 = _cpu_seconds(gateway.pid), time.monotonic()
@@ -186,6 +214,8 @@ async def main(args: argparse.Namespace) -> None:
             elapsed = time.monotonic() - t0
             stop.set()
             await publishing
+            lagging.cancel()
+            gc.callbacks.remove(pauses.timed)
             for task in followers:
                 task.cancel()
         await pub.close()
@@ -208,13 +238,57 @@ async def main(args: argparse.Namespace) -> None:
         # this process is the publisher and every client: when it is short of CPU, so is the
         # measurement (a slow reader looks like a slow gateway)
         print(f"bench (publisher + clients) CPU: {own_cpu:.2f} s = {own_cpu / elapsed:.2f} of a"
-              " core")
+              f" core; its event loop's lag p50 {_pct(lags, 50):.1f} ms p99"
+              f" {_pct(lags, 99):.1f} ms max {max(lags, default=float('nan')):.1f} ms;"
+              f" gc pauses > 1 ms: {len(pauses.over_1ms)}, max"
+              f" {max(pauses.over_1ms, default=0):.1f} ms")
+        if stages is not None:
+            await asyncio.sleep(1)  # the probes write twice a second
+            seen = {k: {"ok": t} for k, t in oks.items()}
+            for c in clients:
+                for k, t in c.received.items():
+                    seen.setdefault(k, {})["received"] = t
+            for line in report(stages, seen):
+                print(line)
     finally:
         for _, writer in idle:
             writer.close()
         for proc in (gateway, broker):
             proc.terminate()
             await proc.wait()
+
+
+def _pct(xs: list[float], p: int) -> float:
+    return sorted(xs)[min(len(xs) - 1, len(xs) * p // 100)] if xs else float("nan")
+
+
+async def _loop_lag(lags: list[float], measuring: asyncio.Event) -> None:
+    """How late a 10 ms timer fires on this process's loop, while measuring: a late loop reads
+    the clients' streams late, and its lag is added to every latency it measures."""
+    while True:
+        t = time.perf_counter()
+        await asyncio.sleep(0.01)
+        if measuring.is_set():
+            lags.append((time.perf_counter() - t - 0.01) * 1e3)
+
+
+@dataclass
+class _Pauses:
+    measuring: asyncio.Event
+    over_1ms: list[float] = field(default_factory=list)
+    started: float = 0.0
+
+    def timed(self, phase: str, _info: dict[str, int]) -> None:
+        if phase == "start":
+            self.started = time.perf_counter()
+        elif self.measuring.is_set() and (took := time.perf_counter() - self.started) > 1e-3:
+            self.over_1ms.append(took * 1e3)
+
+
+def _gc_pauses(measuring: asyncio.Event) -> _Pauses:
+    pauses = _Pauses(measuring)
+    gc.callbacks.append(pauses.timed)
+    return pauses
 
 
 def _args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -227,6 +301,8 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--idle", type=int, default=0)
     p.add_argument("--resources", action="store_true",
                    help="each client watches one resource (TOPIC/item-k, modified)")
+    p.add_argument("--stages", metavar="DIR",
+                   help="time each step of a Notify's path (ops/bench/_stages.py) into DIR")
     return p.parse_args(argv)
 
 
