@@ -37,6 +37,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -188,8 +189,13 @@ async def main(args: argparse.Namespace) -> None:
             readies = [asyncio.Event() for _ in clients]
             followers = [asyncio.create_task(_follow(http, url, c, measuring, r))
                          for c, r in zip(clients, readies, strict=True)]
-            for ready in readies:
-                await asyncio.wait_for(ready.wait(), 300)
+            try:
+                await _all_ready(readies, followers)
+            except BaseException:
+                for task in followers:
+                    task.cancel()
+                await asyncio.gather(*followers, return_exceptions=True)
+                raise
             # what stands for 1,000 browsers must not stall them all at once: its heap is
             # frozen as the servers' are (adapters/cli/heap.py), and its pauses are printed
             heap.settle()
@@ -256,6 +262,28 @@ async def main(args: argparse.Namespace) -> None:
         for proc in (gateway, broker):
             proc.terminate()
             await proc.wait()
+
+
+async def _all_ready(readies: list[asyncio.Event], followers: list[asyncio.Task[None]]) -> None:
+    """Until every client's stream is open; a client that failed before (its POST refused,
+    its connection lost) fails the run with its error, rather than leave it waiting."""
+    waiting = [asyncio.ensure_future(r.wait()) for r in readies]
+    try:
+        pending: set[asyncio.Future[Any]] = {*waiting, *followers}
+        deadline = asyncio.get_running_loop().time() + 300
+        while any(not w.done() for w in waiting):
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                raise TimeoutError(f"{sum(not w.done() for w in waiting)} clients not ready")
+            done, pending = await asyncio.wait(pending, timeout=left,
+                                               return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task in followers:
+                    task.result()  # raises what the client met
+                    raise RuntimeError("a client's stream ended before the run")
+    finally:
+        for w in waiting:
+            w.cancel()
 
 
 def _pct(xs: list[float], p: int) -> float:
