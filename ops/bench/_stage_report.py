@@ -22,8 +22,9 @@ def _pct(xs: list[float], p: int) -> float:
     return xs[min(len(xs) - 1, int(len(xs) * p / 100))]
 
 
-def report(folder: Path, bench: dict[str, dict[str, int]]) -> list[str]:
-    """`bench`: key -> {stage: ns} for "ok" and "received" (the key is the send time)."""
+def report(folder: Path, bench: dict[str, dict[str, int]], window: tuple[int, int]) -> list[str]:
+    """`bench`: key -> {stage: ns} for "ok" and "received" (the key is the send time);
+    `window`: the measured one (ns), outside which lags and pauses are not counted."""
     stamps: dict[str, dict[str, int]] = defaultdict(dict)
     lines: list[str] = []
     for key, seen in bench.items():
@@ -33,11 +34,11 @@ def report(folder: Path, bench: dict[str, dict[str, int]]) -> list[str]:
         lag: list[float] = []
         pauses: dict[str, list[float]] = defaultdict(list)
         for line in path.read_text().splitlines():
-            stage, key, ns = line.split()
-            if stage == "lag":
-                lag.append(int(ns) / 1e6)
-            elif stage == "gc":
-                pauses[key].append(int(ns) / 1e6)
+            stage, key, ns, *at = line.split()
+            if stage in ("lag", "gc"):
+                if not window[0] <= int(at[0]) < window[1]:
+                    continue
+                (lag if stage == "lag" else pauses[key]).append(int(ns) / 1e6)
             elif key in stamps:  # only what a client received in the window
                 stamps[key].setdefault(stage, int(ns))
         lines.append(f"{path.stem}: loop lag p50 {_pct(lag, 50):.1f} ms p99 {_pct(lag, 99):.1f}"

@@ -17,8 +17,8 @@ Stages (in path order):
 - `gw_in`: the gateway's user session decoded it;
 - `sse_out`: the gateway's SSE handler took it off the stream's queue to write it.
 
-Beside them, per process: the event loop's lag (a 10 ms timer's lateness, as `lag NAME ns`)
-and every garbage collection that took over 1 ms (`gc GEN ns`).
+Beside them, per process: the event loop's lag (a 10 ms timer's lateness, as `lag loop NS
+AT`) and every garbage collection that took over 1 ms (`gc GEN NS AT`), AT the wall clock.
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def _gc_pauses() -> None:
         else:
             took = time.perf_counter_ns() - started[0]
             if took > 1_000_000:
-                _NOTED.append(f"gc {info['generation']} {took}\n")
+                _NOTED.append(f"gc {info['generation']} {took} {time.time_ns()}\n")
 
     gc.callbacks.append(timed)
 
@@ -146,7 +146,8 @@ def _loop_lag(run: Callable[..., Any]) -> Callable[..., Any]:
         while True:
             t = time.perf_counter_ns()
             await asyncio.sleep(0.01)
-            _NOTED.append(f"lag loop {time.perf_counter_ns() - t - 10_000_000}\n")
+            _NOTED.append(f"lag loop {time.perf_counter_ns() - t - 10_000_000}"
+                          f" {time.time_ns()}\n")
 
     def wrapped(main: Coroutine[Any, Any, Any]) -> Any:
         async def with_lag() -> Any:
