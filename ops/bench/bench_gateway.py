@@ -141,7 +141,9 @@ async def main(args: argparse.Namespace) -> None:
             for c in clients:
                 await pub.create_topic(c.topic)
         stop = asyncio.Event()
+        opening = time.monotonic()
         readers = await Readers.start(url, clients, args.client_procs)
+        opened = time.monotonic() - opening
         try:
             acked: list[int] = [0]
             oks: dict[str, int] = {}
@@ -171,7 +173,7 @@ async def main(args: argparse.Namespace) -> None:
         q = statistics.quantiles(lat, n=100) if n >= 2 else [float("nan")] * 99
         what = "resource watches (notify)" if args.resources else "topic subscriptions"
         print(f"clients {args.clients} {what}  idle connections {args.idle}  window"
-              f" {elapsed:.1f} s")
+              f" {elapsed:.1f} s  (every stream open {opened:.1f} s after the first POST)")
         print(f"published {published} ({published / elapsed:.0f}/s acknowledged by the broker)")
         print(f"received {n} ({n / elapsed:.0f}/s, {args.clients}/s asked)  out of order or"
               f" repeated: {seen.broken}")
