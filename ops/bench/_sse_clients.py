@@ -231,6 +231,8 @@ class Readers:
                 child.stdin.write(b"stop\n")
                 await child.stdin.drain()
                 line = await child.stdout.readline()
+                while line and not line.startswith(b"{"):  # its "ready"
+                    line = await child.stdout.readline()
                 if line:
                     got = json.loads(line)
                     seen.received.update(got["received"])
