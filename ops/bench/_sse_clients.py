@@ -209,7 +209,10 @@ class Readers:
                 if line.strip() != b"ready":
                     raise RuntimeError(f"a client process did not start: {line!r}")
         except BaseException:
-            await readers.stop()
+            for child in readers._children:  # some may still be opening streams
+                if child.returncode is None:
+                    child.kill()
+                await child.wait()
             raise
         return readers
 
@@ -231,8 +234,6 @@ class Readers:
                 child.stdin.write(b"stop\n")
                 await child.stdin.drain()
                 line = await child.stdout.readline()
-                while line and not line.startswith(b"{"):  # its "ready"
-                    line = await child.stdout.readline()
                 if line:
                     got = json.loads(line)
                     seen.received.update(got["received"])
