@@ -27,15 +27,12 @@ import json
 import sys
 from typing import Any
 
-from adapters.apex.codec import BEEP_XML
 from adapters.apex.endpoint import Endpoint
 from adapters.apex.events_codec import (
-    Decision,
     NotifyDoc,
     Version,
     WatchReply,
     decode_events,
-    encode_events,
 )
 from adapters.cli import loop as event_loop
 from adapters.cli.client_cmd import _common
@@ -168,9 +165,8 @@ async def _decide(args: argparse.Namespace) -> int:
     host, port = args.server
     client = await PubsubClient.connect(host, port, args.endpoint, **client_security(args))
     try:
-        # answered on the data itself: ok, or the refusal raised as its ApexpsError
-        await client.client.send(client.endpoint, [client.service], encode_events(Decision(
-            args.resource, args.subscriber, args.id, args.verdict == "approve")), BEEP_XML)
+        await client.decide(args.resource, args.subscriber, args.id,
+                            approve=args.verdict == "approve")
     finally:
         await client.close()
     print(json.dumps({"resource": str(args.resource), "subscriber": str(args.subscriber),

@@ -31,18 +31,22 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 import structlog
 
 from adapters.apex.batch_codec import DEFAULT_BATCH, ItemFields, batch_items
-from adapters.apex.codec import Data, Option
+from adapters.apex.codec import BEEP_XML, Data, Option
 from adapters.apex.endpoint import Endpoint
-from adapters.apex.events_codec import WatchReply, WatchRequest, decode_events, encode_events
+from adapters.apex.events_codec import (
+    Decision,
+    WatchReply,
+    WatchRequest,
+    decode_events,
+    encode_events,
+)
 from adapters.apex.inre import find_in_re
 from adapters.apex.pubsub_codec import (
     Cancel,
@@ -81,6 +85,7 @@ from broker.names import SERVICE
 from broker.records import PublishType
 from common.errors import ApexpsError, ServiceNotAvailable
 
+from ._received import Delivered, Ended, Inbox, LinkEvent, LinkListener, LinkTraffic
 from .client import DEFAULT_TIMEOUT, ApexClient
 from .reconnect import ConnectionEvent, Disconnected, ReconnectingApexClient, ReconnectPolicy
 
@@ -102,81 +107,8 @@ class _Own(Enum):
 OWN = _Own.OWN
 
 
-@dataclass(frozen=True, slots=True)
-class Delivered:
-    """A message forwarded to us for `topic`."""
-
-    topic: str
-    originator: str
-    content: bytes
-    content_type: str
-    #: the `apexps.seq` stamp (link, link seq, source, source seq …), if the broker sent one
-    stamp: Stamp | None = None
-    #: the ids of our subscriptions the message satisfied (its InRe, draft-content §5.10.1);
-    #: None: the broker named none (our one subscription to the topic takes every message)
-    in_re: tuple[str, ...] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class LinkEvent:
-    """A heartbeat, reset or withheld seq on one of our links (only with
-    `link_events=True`)."""
-
-    stamp: Stamp
-    document: RobustDocument
-
-
 _Answer = Reply | TopicList | LinkReply | Capabilities | PubStatus | WatchReply
 _PUBSUB_OPS = (Cancel, CreateTopic, DeleteTopic, ListTopics, Reply, Subscribe, TopicList)
-
-
-@dataclass(frozen=True, slots=True)
-class Ended:
-    """The service cancelled our subscription to `topic` (expiry or topic deletion): the one
-    `subscription_id` names, or (None) all of ours to the topic."""
-
-    topic: str | None
-    subscriber: str
-    subscription_id: str | None = None
-
-
-#: What `listen_link` hands its listener; None: nothing more will come (the connection is gone
-#: and no reconnection will follow).
-LinkTraffic = Delivered | LinkEvent | LinkReply | None
-LinkListener = Callable[[LinkTraffic], None]
-
-
-class _Inbox:
-    """What `events()` yields, in order: asyncio.Queue's `put_nowait`, and a wait for the next,
-    for less (a subscriber puts every delivery through it, and the queue's bookkeeping for
-    `join()` and a coroutine per item showed among the subscriber's largest costs under
-    cProfile)."""
-
-    __slots__ = ("_waiters", "items")
-
-    def __init__(self) -> None:
-        self.items: deque[Delivered | Ended | LinkEvent | None] = deque()
-        self._waiters: list[asyncio.Future[None]] = []
-
-    def put_nowait(self, item: Delivered | Ended | LinkEvent | None) -> None:
-        self.items.append(item)
-        if self._waiters:
-            waiters, self._waiters = self._waiters, []
-            for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
-
-    async def wait(self) -> None:
-        """Until something is put (at once if something is there)."""
-        if self.items:
-            return
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            await waiter
-        finally:  # cancelled: no longer waiting
-            if waiter in self._waiters:
-                self._waiters.remove(waiter)
 
 
 class PubsubClient:
@@ -190,7 +122,7 @@ class PubsubClient:
         self.service = Endpoint(SERVICE, service_domain or endpoint.domain)
         self._trans_ids = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[_Answer]] = {}
-        self._events = _Inbox()
+        self._events = Inbox()
         #: where each `Delivered` no link listener takes goes: `events()`, or `deliver_to`'s
         self._deliver: Callable[[Delivered], None] = self._events.put_nowait
         self._links: dict[str, LinkListener] = {}
@@ -250,7 +182,7 @@ class PubsubClient:
                    encode_robust(op))
         try:
             await self.client.send(self.endpoint, [self.service], content,
-                                   "application/beep+xml")
+                                   BEEP_XML)
             answer = await asyncio.wait_for(future, self.client.timeout)
         finally:
             self._waiting.pop(trans_id, None)
@@ -275,6 +207,16 @@ class PubsubClient:
                                               None, link, update), trans)
         assert isinstance(answer, WatchReply)
         return answer
+
+    async def decide(self, resource: Resource | str, subscriber: Endpoint | str, watch_id: str,
+                     *, approve: bool) -> None:
+        """Approve or reject a watch the service holds pending for an administrator
+        (docs/event-binding.md §5.1; needs pubsub:deletetopic on the topic). The decision is
+        answered on its data: this returns once the service took it, and a refusal raises
+        its `ApexpsError` (537 not allowed, 550 no such pending watch, 553 bad input)."""
+        res = Resource.parse(resource) if isinstance(resource, str) else resource
+        await self.client.send(self.endpoint, [self.service], encode_events(
+            Decision(res, self._endpoint(subscriber), watch_id, approve)), BEEP_XML)
 
     async def create_topic(self, topic: str, *, description: str | None = None,
                            message_schema: str | None = None,
@@ -376,7 +318,7 @@ class PubsubClient:
         Raises what `send` raises: the service refusing the data itself (an unparseable
         request), or `ServiceNotAvailable` while the connection is down."""
         await self.client.send(self.endpoint, [self.service], encode_robust(doc),
-                               "application/beep+xml")
+                               BEEP_XML)
 
     def listen_link(self, link: str, listener: LinkListener) -> None:
         """From now on hand everything of `link` to `listener` (in the event loop, in arrival

@@ -32,7 +32,12 @@ what it returns:
   hands it, just *before* the item store applies the batch: the state before a message is the
   item store's, the state after is the store's own reducer applied to it, so a Notify's events
   never disagree with what a snapshot serves. A Notify thus follows the change it reports on
-  the journal, never precedes it.
+  the journal, never precedes it. The handler hands over only what the item store has not
+  applied (`ItemStore.unapplied`): after a restart the follower may start before where the
+  store's recovery ended, and those changes were observed, their Notifies journaled, by the
+  broker before. The cost, a known limit: a change Kafka acknowledged that the dead broker had
+  not yet forwarded (the moment between the acknowledgement and the forward) is applied by the
+  store's recovery and notified by no one.
 
 - Permissions. A Notify carries content, so it obeys the resource's permission tokens and
   expiry as a delivery would (the service's `entitled`, XEP-0040 §5.1): the current state holds

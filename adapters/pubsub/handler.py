@@ -478,8 +478,10 @@ class PubsubHandler:
         """Forward journaled messages to their topics' subscribers (on the event loop)."""
         if self.items is not None:
             # Before the items move: the Notifies read each change off the state before it
-            # (event-binding.md §4).
-            self.events.observe(entries)
+            # (event-binding.md §4). Only what the items have not applied: the rest was
+            # observed, and its Notifies journaled, before a restart (the follower may start
+            # before where the items' recovery ended), and would be sent twice.
+            self.events.observe(self.items.unapplied(entries))
             # First, in the same step: a snapshot between two forwards holds exactly what was
             # forwarded (robust-binding §9).
             self.items.apply(entries)

@@ -90,7 +90,7 @@ from __future__ import annotations
 import heapq
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
@@ -264,6 +264,17 @@ class ItemStore:
         producer.add_after_poll(self._maybe_checkpoint)
 
     # --- the live path (event loop) -------------------------------------------------------
+
+    def unapplied(self, entries: Sequence[JournalEntry]) -> Sequence[JournalEntry]:
+        """Those of `entries` that `apply` would not skip: above what was applied already in
+        their partition (after a restart, recovery applied the journal's tail without the
+        live path, and the follower may hand it over again)."""
+        with self._lock:
+            applied = self._applied
+            if all(e.position.offset > applied.get(e.position.partition, -1) for e in entries):
+                return entries
+            return [e for e in entries
+                    if e.position.offset > applied.get(e.position.partition, -1)]
 
     def apply(self, entries: Iterable[JournalEntry]) -> None:
         """Advance the state by `entries`, in the order given (what the fan-out forwards).

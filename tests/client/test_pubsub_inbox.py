@@ -7,13 +7,14 @@ import asyncio
 
 import pytest
 
-from adapters.client.pubsub_client import Ended, PubsubClient, _Inbox
+from adapters.client._received import Inbox
+from adapters.client.pubsub_client import Ended, PubsubClient
 from common.errors import ServiceNotAvailable
 
 
 def test_items_come_in_order_and_a_waiter_wakes_for_the_next() -> None:
     async def run() -> list[str]:
-        inbox = _Inbox()
+        inbox = Inbox()
         got: list[str] = []
 
         async def read(n: int) -> None:
@@ -36,7 +37,7 @@ def test_items_come_in_order_and_a_waiter_wakes_for_the_next() -> None:
 
 def test_a_cancelled_wait_leaves_no_waiter_behind() -> None:
     async def run() -> int:
-        inbox = _Inbox()
+        inbox = Inbox()
         waiting = asyncio.create_task(inbox.wait())
         await asyncio.sleep(0)
         waiting.cancel()
@@ -51,7 +52,7 @@ def test_a_cancelled_wait_leaves_no_waiter_behind() -> None:
 def test_a_lost_connection_ends_every_reader_of_events() -> None:
     async def run() -> list[str]:
         client = PubsubClient.__new__(PubsubClient)
-        client._events = _Inbox()
+        client._events = Inbox()
         first, second = client.events(), client.events()
         client._events.put_nowait(Ended("t", "s@x"))
         client._events.put_nowait(None)

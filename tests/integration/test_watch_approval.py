@@ -14,8 +14,6 @@ from pathlib import Path
 import pytest
 
 from adapters.apex.codec import BEEP_XML
-from adapters.apex.endpoint import Endpoint
-from adapters.apex.events_codec import Decision, encode_events
 from adapters.app import BrokerApp
 from adapters.client.pubsub_client import PubsubClient
 from broker.events import Reason, Resource, State, WatchTable
@@ -39,13 +37,6 @@ ACCESS = f"""<access domain='example.com'>
 
 def _table() -> WatchTable:
     return WatchTable(approve_topics=frozenset({TOPIC}), pending_on_access=True)
-
-
-async def decide(client: PubsubClient, resource: str, subscriber: str, watch_id: str, *,
-                 approve: bool) -> None:
-    """Send a `decide`; a refusal raises its ApexpsError (it is answered on the data)."""
-    doc = Decision(Resource.parse(resource), Endpoint.parse(subscriber), watch_id, approve)
-    await client.client.send(client.endpoint, [client.service], encode_events(doc), BEEP_XML)
 
 
 async def pending_notify(events: AsyncIterator[object]) -> None:
@@ -83,14 +74,14 @@ async def _approve(config: KafkaConfig, access: str) -> None:
                                     (pub, f"{OTHER}/A", "w", 550)):
             for approve in (True, False):
                 with pytest.raises(ApexpsError) as caught:
-                    await decide(who, res, "jade@example.com", wid, approve=approve)
+                    await who.decide(res, "jade@example.com", wid, approve=approve)
                 assert int(caught.value.code) == code, (res, wid, caught.value)
         held = table.get(key)
         assert held is not None and held.state is State.PENDING
 
         # the administrator approves: ok, then the active Notify with the current state, which
         # holds <b /> (acknowledged before the decision)
-        await decide(pub, f"{TOPIC}/A", "jade@example.com", "w", approve=True)
+        await pub.decide(f"{TOPIC}/A", "jade@example.com", "w", approve=True)
         started, _ = await next_notify(events)
         assert (started.state, started.current, started.watch_id) == (State.ACTIVE, True, "w")
         assert contents(started) == [b"<a />", b"<b />"]
@@ -102,7 +93,7 @@ async def _approve(config: KafkaConfig, access: str) -> None:
         # an active watch is not pending: 550 for either verdict, and it stays active
         for approve in (True, False):
             with pytest.raises(NotTaken):
-                await decide(pub, f"{TOPIC}/A", "jade@example.com", "w", approve=approve)
+                await pub.decide(f"{TOPIC}/A", "jade@example.com", "w", approve=approve)
         assert (table.get(key) or held).state is State.ACTIVE
         # a refresh of the approved watch does not send it back to wait
         assert (await jade.watch(f"{TOPIC}/A", {2}, 600, watch_id="w")).code == 250
@@ -117,13 +108,13 @@ async def _approve(config: KafkaConfig, access: str) -> None:
         assert (await sam.watch(f"{TOPIC}/A", {2}, 600, watch_id="s")).code == 250
         await pending_notify(sam_events)
         with pytest.raises(AccessDenied):
-            await decide(pub, f"{TOPIC}/A", "sam@example.com", "s", approve=True)
+            await pub.decide(f"{TOPIC}/A", "sam@example.com", "s", approve=True)
         sam_key = ("sam@example.com", Resource(TOPIC, "A"), "s")
         assert (table.get(sam_key) or held).state is State.PENDING
         await asyncio.to_thread(app.access.remove, "file:no-sam")
         # (the registry's watcher scheduled access_changed before the removal returned, so it
         # has run when the decision arrives: had it started the watch, this would be 550)
-        await decide(pub, f"{TOPIC}/A", "sam@example.com", "s", approve=True)
+        await pub.decide(f"{TOPIC}/A", "sam@example.com", "s", approve=True)
         first, _ = await next_notify(sam_events)
         assert (first.state, first.current) == (State.ACTIVE, True)
         for c in (pub, jade, fred, sam):
@@ -151,14 +142,14 @@ async def _reject(config: KafkaConfig, access: str) -> None:
         events = jade.events()
         assert (await jade.watch(f"{TOPIC}/R", {1, 2}, 600, watch_id="r")).code == 250
         await pending_notify(events)
-        await decide(pub, f"{TOPIC}/R", "jade@example.com", "r", approve=False)
+        await pub.decide(f"{TOPIC}/R", "jade@example.com", "r", approve=False)
         ended, _ = await next_notify(events)
         assert (ended.state, ended.reason, ended.watch_id) == (State.TERMINATED,
                                                                 Reason.REJECTED, "r")
         assert list(table.all()) == []
         # gone: a second verdict is 550
         with pytest.raises(NotTaken):
-            await decide(pub, f"{TOPIC}/R", "jade@example.com", "r", approve=True)
+            await pub.decide(f"{TOPIC}/R", "jade@example.com", "r", approve=True)
         # no later Notify: the next one jade hears is the marker's, on a topic without the
         # policy, watched after the rejected resource changed
         await pub.publish(TOPIC, b"<r />", "application/xml", publish_type=IMAGE,
@@ -209,7 +200,7 @@ async def _malformed(config: KafkaConfig) -> None:
         watch = table.get(("jade@example.com", Resource(TOPIC, "A"), "w"))
         assert watch is not None and watch.state is State.PENDING
         assert app.service.subscriptions() == subs_before
-        await decide(pub, f"{TOPIC}/A", "jade@example.com", "w", approve=True)
+        await pub.decide(f"{TOPIC}/A", "jade@example.com", "w", approve=True)
         started, _ = await next_notify(events)
         assert started.state is State.ACTIVE
         for c in (pub, jade):
@@ -243,8 +234,8 @@ async def _restart(config: KafkaConfig) -> None:
         for wid in ("yes", "no", "later"):
             assert (await jade.watch(f"{TOPIC}/A", {2}, 3600, watch_id=wid)).code == 250
             await pending_notify(events)
-        await decide(pub, f"{TOPIC}/A", "jade@example.com", "yes", approve=True)
-        await decide(pub, f"{TOPIC}/A", "jade@example.com", "no", approve=False)
+        await pub.decide(f"{TOPIC}/A", "jade@example.com", "yes", approve=True)
+        await pub.decide(f"{TOPIC}/A", "jade@example.com", "no", approve=False)
         for c in (pub, jade):
             await c.close()
     # the decisions were answered only once durable: the restarted broker has them
@@ -258,8 +249,8 @@ async def _restart(config: KafkaConfig) -> None:
         pub, jade = await connect("pub@example.com"), await connect("jade@example.com")
         events = jade.events()
         with pytest.raises(NotTaken):  # decided before the restart stays decided
-            await decide(pub, f"{TOPIC}/A", "jade@example.com", "no", approve=True)
-        await decide(pub, f"{TOPIC}/A", "jade@example.com", "later", approve=True)
+            await pub.decide(f"{TOPIC}/A", "jade@example.com", "no", approve=True)
+        await pub.decide(f"{TOPIC}/A", "jade@example.com", "later", approve=True)
         started, _ = await next_notify(events)
         assert (started.watch_id, started.state, started.current) == ("later", State.ACTIVE,
                                                                       True)
