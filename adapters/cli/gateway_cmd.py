@@ -11,6 +11,7 @@ from typing import Any
 
 import structlog
 
+from adapters.cli import heap
 from adapters.cli import loop as event_loop
 from adapters.cli.client_cmd import DEFAULT_APEX_PORT
 from adapters.cli.security import load_users
@@ -105,6 +106,7 @@ async def _run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await gateway.start()
+    heap.settle()  # as the broker does: a full collection stalls every stream (heap.py)
     try:
         print(f"gateway: {gateway.url}/", flush=True)
         await stop.wait()

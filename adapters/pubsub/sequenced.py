@@ -65,6 +65,7 @@ from common.errors import (
     RebuildRefused,
 )
 
+from ._catch_up import CatchUps
 from ._deliveries import Packer, Renderer, SendData, endpoint_of
 
 __all__ = ["SequencedFanout"]
@@ -127,7 +128,8 @@ class SequencedFanout:
             defer=self._loop.call_soon_threadsafe, clock=self._loop.time)
         self._marks = marks
         self._tasks: list[asyncio.Task[None]] = []
-        self._when_read: Callable[[Callable[[], None]], None] | None = None
+        #: read-your-writes waits on the journal follower, shared (None: no follower)
+        self._catch_ups: CatchUps | None = None
         #: link -> (link seq, future) of those awaiting `sent_through`
         self._sent_waiters: dict[str, list[tuple[int, asyncio.Future[None]]]] = {}
 
@@ -153,7 +155,7 @@ class SequencedFanout:
         """See `DeliveryCore.follow`; `when_read`: the follower's `JournalFollower.when_read`,
         which snapshots wait on."""
         self.core.follow(start, carried or ())
-        self._when_read = when_read
+        self._catch_ups = None if when_read is None else CatchUps(when_read, self._loop)
 
     def mark(self) -> dict[int, int]:
         return self.core.mark()
@@ -430,19 +432,10 @@ class SequencedFanout:
     async def _caught_up(self) -> None:
         """Until the item state holds everything the journal held now, acknowledged to its
         publishers or not (JournalUnavailable if that takes over CATCH_UP_S)."""
-        if self._when_read is None:
+        if self._catch_ups is None:
             return
-        loop, read = self._loop, self._loop.create_future()
-
-        def done() -> None:
-            if not read.done():
-                read.set_result(None)
-
-        def hop() -> None:
-            loop.call_soon_threadsafe(done)
-        await asyncio.to_thread(self._when_read, hop)
         try:
-            await asyncio.wait_for(read, CATCH_UP_S)
+            await self._catch_ups.wait(CATCH_UP_S)
         except TimeoutError:
             raise JournalUnavailable(f"the journal follower did not catch up in {CATCH_UP_S:g} s;"
                                      " ask again") from None

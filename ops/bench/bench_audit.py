@@ -154,6 +154,61 @@ def _audit(apexps: Callable[[list[str]], int | None], argv: list[str]) -> int | 
         return int(exc.code or 0)
 
 
+class JvmCounters:
+    """What the audit costs the JVM besides its rows (`--stages`): Spark jobs, stages and
+    tasks it ran (the status tracker), classes Spark generated and compiled (Janino:
+    CodegenMetrics), HotSpot's JIT time, and the JVM's CPU by thread kind from /proc (the
+    compiler threads, GC, the executors' task threads, the rest: the driver's planning and
+    py4j). Read before and after the audit; the difference is the audit's."""
+
+    _KINDS = (("C2 compiler", "C2 Compiler"), ("C1 compiler", "C1 Compiler"),
+              ("tasks", "Executor task"), ("GC", "GC Thread"), ("GC", "G1 "))
+
+    def __init__(self, spark: Any) -> None:
+        self._spark, self._jvm = spark, spark._jvm
+        self._pid = int(self._jvm.java.lang.ProcessHandle.current().pid())
+        self.before = self._read()
+
+    def _threads(self) -> dict[str, float]:
+        tick = os.sysconf("SC_CLK_TCK")
+        out: dict[str, float] = {}
+        for task in Path(f"/proc/{self._pid}/task").iterdir():
+            try:
+                stat = (task / "stat").read_text()
+            except OSError:  # the thread ended
+                continue
+            name = stat[stat.index("(") + 1:stat.rindex(")")]
+            fields = stat[stat.rindex(")") + 2:].split()
+            cpu = (int(fields[11]) + int(fields[12])) / tick
+            kind = next((k for k, prefix in self._KINDS if name.startswith(prefix)), "other")
+            out[kind] = out.get(kind, 0.0) + cpu
+        return out
+
+    def _read(self) -> dict[str, float]:
+        tracker = self._spark.sparkContext.statusTracker()
+        jobs = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup(None)]
+        stages = [tracker.getStageInfo(s) for job in jobs if job for s in job.stageIds]
+        codegen = self._jvm.org.apache.spark.metrics.source.CodegenMetrics
+        out = {"jobs": len(jobs),
+               "stages": sum(1 for s in stages if s and s.numTasks >= 0),
+               "tasks": sum(s.numCompletedTasks for s in stages if s),
+               "generated classes": codegen.METRIC_COMPILATION_TIME().getCount(),
+               "JIT s": self._jvm.java.lang.management.ManagementFactory
+               .getCompilationMXBean().getTotalCompilationTime() / 1000}
+        cpu = self._threads()
+        out["JVM CPU s"] = sum(cpu.values())
+        out.update({f"CPU {k} s": v for k, v in cpu.items()})
+        return out
+
+    def print(self) -> None:
+        after = self._read()
+        print("\nThe audit's JVM (after - before):")
+        for key in sorted(set(after) | set(self.before), key=lambda k: (k.startswith("CPU"), k)):
+            diff = after.get(key, 0) - self.before.get(key, 0)
+            shown = f"{diff:>10,.1f}" if key.endswith(" s") else f"{diff:>10,.0f}"
+            print(f"  {key:<22}{shown}")
+
+
 class ActionTimer:
     """Seconds per Spark action (`--stages`): every collect/first/count/write the process runs,
     named by the apexps line that ran it, so the stage that holds an audit's time shows."""
@@ -221,7 +276,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="journal records (the issue's figure: 1000000)")
     ap.add_argument("--keep", action="store_true", help="keep the namespace's topics")
     ap.add_argument("--stages", action="store_true",
-                    help="print the seconds of each Spark action the audit runs")
+                    help="print the seconds of each Spark action the audit runs, and what it "
+                         "cost the JVM (jobs, stages, generated classes, JIT, CPU by thread)")
+    ap.add_argument("--namespace", metavar="NS",
+                    help="audit this namespace as it is (one a --keep run left), instead of "
+                         "writing a fresh one: --records must be what it holds; kept after")
+    ap.add_argument("--audit-only", action="store_true",
+                    help="skip the decode comparison (native against the Python UDF: a minute "
+                         "at 1,000,000) for A/B runs of the audit; its session is then colder")
+    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="a Spark setting of the session (A/B runs: spark.sql.codegen.*, "
+                         "spark.driver.extraJavaOptions=-XX:...); repeatable")
     args = ap.parse_args(argv)
     from adapters.cli import logs
 
@@ -233,28 +298,36 @@ def main(argv: list[str] | None = None) -> int:
 
         kafka = LocalKafka(Path(tempfile.mkdtemp(prefix="apexps-bench-")))
         bootstrap = kafka.start().bootstrap
-    config = KafkaConfig(bootstrap=bootstrap, namespace=f"bench{uuid.uuid4().hex[:8]}")
+    config = KafkaConfig(bootstrap=bootstrap,
+                         namespace=args.namespace or f"bench{uuid.uuid4().hex[:8]}")
+    keep = args.keep or args.namespace is not None
     try:
-        print(f"writing {args.records} journal records and their links ...", file=sys.stderr,
-              flush=True)
-        wrote_s, written = _timed(lambda: fill(config, args.records))
-        print(f"written in {wrote_s:.1f} s: {written}", file=sys.stderr, flush=True)
+        if args.namespace is None:
+            print(f"writing {args.records} journal records and their links ...",
+                  file=sys.stderr, flush=True)
+            wrote_s, written = _timed(lambda: fill(config, args.records))
+            print(f"written in {wrote_s:.1f} s: {written}", file=sys.stderr, flush=True)
+        print(f"namespace {config.namespace}", file=sys.stderr, flush=True)
         from adapters.cli.main import main as apexps
         from adapters.local.spark import local_session
 
-        spark = local_session(app_name="bench-audit", master="local[2]")
+        spark = local_session(app_name="bench-audit", master="local[2]",
+                              conf={"spark.ui.showConsoleProgress": "false",
+                                    **dict(c.split("=", 1) for c in args.conf)})
         journal, links = kafka_source(spark, config, "journal"), kafka_source(spark, config,
                                                                                "links")
         rows = journal.count() + links.count()  # (warms the session and the connector)
         count_s, _ = _timed(lambda: journal.count() + links.count())
-        native_s, _ = _timed(lambda: decode_journal(journal, python_fallback=False)
-                             .write.format("noop")
-                             .mode("overwrite").save())
-        python_s, _ = _timed(lambda: _python_decode(journal).write.format("noop")
-                             .mode("overwrite").save())
+        native_s = python_s = float("nan")
+        if not args.audit_only:
+            native_s, _ = _timed(lambda: decode_journal(journal, python_fallback=False)
+                                 .write.format("noop").mode("overwrite").save())
+            python_s, _ = _timed(lambda: _python_decode(journal).write.format("noop")
+                                 .mode("overwrite").save())
         out = Path(tempfile.mkdtemp(prefix="apexps-bench-audit-"))
         print("auditing ...", file=sys.stderr, flush=True)
         timer = ActionTimer()
+        jvm = JvmCounters(spark) if args.stages else None
         with timer if args.stages else contextlib.nullcontext():
             audit_s, code = _timed(lambda: _audit(apexps, [
                 "--log-level", "warning", "audit", "--bootstrap", bootstrap,
@@ -273,11 +346,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"audit exit {code}; clean={summary.get('clean')}; counts="
               f"{ {k: v for k, v in summary.get('counts', {}).items() if v} }; report "
               f"{out / 'report.html'}")
-        if args.stages:
+        if jvm is not None:
             timer.print()
+            jvm.print()
+        if args.conf:
+            print("JVM options:", spark._jvm.java.lang.management.ManagementFactory
+                  .getRuntimeMXBean().getInputArguments().toString())
+        print(f"load average {os.getloadavg()}")
         spark.stop()
     finally:
-        if not args.keep:
+        if not keep:
             drop_namespace(config, wait=True, timeout_s=30)
         if kafka is not None:
             kafka.stop()

@@ -2,11 +2,11 @@
 CPU per delivered message.
 
 Run: `.venv/bin/python -m ops.bench.bench_gateway --bootstrap HOST:PORT [--clients 50]
-[--seconds 20] [--idle 0] [--resources]` (default bootstrap: $APEXPS_BOOTSTRAP; no Kafka is
-started here).
+[--seconds 20] [--idle 0] [--resources] [--client-procs N] [--stages DIR]` (default bootstrap:
+$APEXPS_BOOTSTRAP; no Kafka is started here).
 
 A broker (`apexps broker`) and a gateway (`apexps gateway`) run as processes of their own on
-that Kafka. This process plays the browsers: `--clients` SSE clients, each with one
+that Kafka. The benchmark plays the browsers: `--clients` SSE clients, each with one
 subscription to a topic of its own made by POST /subscriptions, and one APEX publisher that
 sends each topic one message per second (its send time in the content), spread evenly over the
 second. A client's receipt time minus the send time is the latency (same clock: one machine).
@@ -22,33 +22,42 @@ SubscribeGateway): one topic, and client k watches the resource `TOPIC/item-k` f
 every item (so each watch's current-state Notify has something, and is not measured), then
 updates each item once per second. What a client times is its `notify` events: the send time is
 the content of the Notify's newest version.
+
+`--client-procs N` runs the clients in N processes of their own, not in this one (the
+publisher's): browsers are separate machines, and one loop for 1,000 of them makes each of its
+stalls a stall of every Notify in flight (ops/bench/_sse_clients.py says what was measured).
+`--stages DIR` runs the broker and the gateway under ops/bench/_stages.py and prints where a
+Notify's time goes, step by step, for all and for the slowest 1 %, with each process's
+event-loop lag and garbage-collection pauses (ops/bench/_stage_report.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
-
-import aiohttp
 
 from adapters.client.pubsub_client import PubsubClient
 from broker.records import PublishType
+
+from ._sse_clients import Client, Readers, loop_lag, pct
+from ._stage_report import report
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHING = 64
 APEXPS = [sys.executable, "-m", "adapters.cli.main", "--log-level", "warning"]
 
 
-async def _start(*args: str) -> tuple[asyncio.subprocess.Process, str]:
-    proc = await asyncio.create_subprocess_exec(*APEXPS, *args, cwd=ROOT,
+async def _start(*args: str, stages: Path | None = None
+                 ) -> tuple[asyncio.subprocess.Process, str]:
+    cmd = APEXPS if stages is None else [
+        sys.executable, "-m", "ops.bench._stages", str(stages), *APEXPS[3:]]
+    proc = await asyncio.create_subprocess_exec(*cmd, *args, cwd=ROOT,
                                                 stdout=asyncio.subprocess.PIPE)
     assert proc.stdout is not None
     return proc, (await asyncio.wait_for(proc.stdout.readline(), 120)).decode().split()[1]
@@ -59,66 +68,29 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-@dataclass
-class _Client:
-    topic: str
-    #: the message-id this client watches (--resources), None for a topic subscription
-    item: str | None = None
-    latencies: list[float] = field(default_factory=list)
-    last: int = 0
-    broken: int = 0
-
-
-async def _follow(http: aiohttp.ClientSession, url: str, client: _Client,
-                  measuring: asyncio.Event, ready: asyncio.Event) -> None:
-    body: dict[str, object] = {"topic": client.topic}
-    if client.item is not None:
-        body = {"resource": f"{client.topic}/{client.item}", "events": ["modified"],
-                "expires": 3600}
-    async with http.post(f"{url}/subscriptions", json=body) as r:
-        sub = await r.json()
-        assert r.status == 201, sub
-    async with http.get(sub["events"], timeout=aiohttp.ClientTimeout(total=None)) as r:
-        ready.set()
-        async for raw in r.content:
-            line = raw.decode()
-            if line.startswith("id: "):
-                seq = int(line[4:])
-                if seq <= client.last:  # heartbeats leave holes; a repeat is a bug
-                    client.broken += 1
-                client.last = seq
-            elif line.startswith("data: "):
-                data = json.loads(line[6:])
-                if "versions" in data:  # a Notify: the newest version is what was sent
-                    if data["current"] or not data["versions"]:
-                        continue  # the watch's current state, not a change
-                    sent = int(data["versions"][-1]["content"])
-                else:
-                    sent = int(data["content"])
-                if measuring.is_set():
-                    client.latencies.append((time.time_ns() - sent) / 1e6)
-
-
 async def _publish(pub: PubsubClient, targets: list[tuple[str, str | None]],
-                   stop: asyncio.Event, acked: list[int]) -> int:
+                   stop: asyncio.Event, acked: list[int], oks: dict[str, int]) -> int:
     """Each (topic, message-id) once a second, spread over the second; up to PUBLISHING
     publications in flight, so the rate does not hang on one Kafka acknowledgement at a time.
     With a message-id, an update of that item that gives the publisher no implicit watch.
-    `acked[0]` counts the publications the broker has acknowledged (held durably)."""
+    `acked[0]` counts the publications the broker has acknowledged (held durably); `oks`
+    gets each one's send time (its content) -> the time of its `ok`, ns."""
     loop = asyncio.get_running_loop()
     step, sent, start = 1.0 / len(targets), 0, loop.time()
     slots = asyncio.Semaphore(PUBLISHING)
     flying: set[asyncio.Task[None]] = set()
 
     async def one(topic: str, item: str | None) -> None:
+        sent = str(time.time_ns())
         try:
             if item is None:
-                await pub.publish(topic, str(time.time_ns()).encode())
+                await pub.publish(topic, sent.encode())
             else:
-                await pub.publish(topic, str(time.time_ns()).encode(), "text/plain",
+                await pub.publish(topic, sent.encode(), "text/plain",
                                   publish_type=PublishType.UPDATE, message_id=item,
                                   implicit=False)
             acked[0] += 1
+            oks[sent] = time.time_ns()
         finally:
             slots.release()
 
@@ -139,11 +111,18 @@ async def _publish(pub: PubsubClient, targets: list[tuple[str, str | None]],
 
 async def main(args: argparse.Namespace) -> None:
     ns = f"bench{uuid.uuid4().hex[:8]}"
+    stages = None if args.stages is None else Path(args.stages)
+    if stages is not None:
+        stages.mkdir(parents=True, exist_ok=True)
+        for old in stages.glob("*.stages"):
+            old.unlink()
     broker, apex = await _start("broker", "--bootstrap", args.bootstrap, "--namespace", ns,
-                                "--listen", "127.0.0.1:0")
+                                "--listen", "127.0.0.1:0",
+                                stages=None if stages is None else stages / "broker.stages")
     port = int(apex.rpartition(":")[2])
     gateway, url = await _start("gateway", "--listen", "127.0.0.1:0", "--broker",
-                                f"127.0.0.1:{port}")
+                                f"127.0.0.1:{port}",
+                                stages=None if stages is None else stages / "gateway.stages")
     url = url.rstrip("/")
     idle = []
     try:
@@ -153,62 +132,77 @@ async def main(args: argparse.Namespace) -> None:
         pub = await PubsubClient.connect("127.0.0.1", port, "bench@example.com")
         if args.resources:
             await pub.create_topic("bench.res")
-            clients = [_Client("bench.res", f"item-{k}") for k in range(args.clients)]
+            clients = [Client("bench.res", f"item-{k}") for k in range(args.clients)]
             for c in clients:  # each item exists before it is watched
                 await pub.publish(c.topic, b"0", "text/plain", publish_type=PublishType.IMAGE,
                                   message_id=c.item, implicit=False)
         else:
-            clients = [_Client(f"bench.g{k}") for k in range(args.clients)]
+            clients = [Client(f"bench.g{k}") for k in range(args.clients)]
             for c in clients:
                 await pub.create_topic(c.topic)
-        measuring, stop = asyncio.Event(), asyncio.Event()
-        connector = aiohttp.TCPConnector(limit=0)
-        async with aiohttp.ClientSession(connector=connector) as http:
-            readies = [asyncio.Event() for _ in clients]
-            followers = [asyncio.create_task(_follow(http, url, c, measuring, r))
-                         for c, r in zip(clients, readies, strict=True)]
-            for ready in readies:
-                await asyncio.wait_for(ready.wait(), 300)
-            acked = [0]
+        stop = asyncio.Event()
+        opening = time.monotonic()
+        readers = await Readers.start(url, clients, args.client_procs)
+        opened = time.monotonic() - opening
+        try:
+            acked: list[int] = [0]
+            oks: dict[str, int] = {}
+            lags: list[tuple[int, float]] = []
+            lagging = asyncio.create_task(loop_lag(lags))
             publishing = asyncio.create_task(
-                _publish(pub, [(c.topic, c.item) for c in clients], stop, acked))
+                _publish(pub, [(c.topic, c.item) for c in clients], stop, acked, oks))
             await asyncio.sleep(args.warmup)
-            measuring.set()
-            cpu0, t0 = _cpu_seconds(gateway.pid), time.monotonic()
-            broker0, own0 = _cpu_seconds(broker.pid), time.process_time()
+            cpu0, t0, w0 = _cpu_seconds(gateway.pid), time.monotonic(), time.time_ns()
+            broker0, own0 = _cpu_seconds(broker.pid), readers.cpu()
             acked0 = acked[0]
             await asyncio.sleep(args.seconds)
-            measuring.clear()
             cpu = _cpu_seconds(gateway.pid) - cpu0
             broker_cpu = _cpu_seconds(broker.pid) - broker0
-            own_cpu = time.process_time() - own0
+            own_cpu = readers.cpu() - own0
             published = acked[0] - acked0
-            elapsed = time.monotonic() - t0
+            elapsed, w1 = time.monotonic() - t0, time.time_ns()
             stop.set()
             await publishing
-            for task in followers:
-                task.cancel()
+            lagging.cancel()
+        finally:
+            seen = await readers.stop()
         await pub.close()
-        lat = sorted(x for c in clients for x in c.latencies)
+        received = {k: t for k, t in seen.received.items() if w0 <= t < w1}
+        lat = sorted((t - int(k)) / 1e6 for k, t in received.items())
         n = len(lat)
         q = statistics.quantiles(lat, n=100) if n >= 2 else [float("nan")] * 99
         what = "resource watches (notify)" if args.resources else "topic subscriptions"
         print(f"clients {args.clients} {what}  idle connections {args.idle}  window"
-              f" {elapsed:.1f} s")
+              f" {elapsed:.1f} s  (every stream open {opened:.1f} s after the first POST)")
         print(f"published {published} ({published / elapsed:.0f}/s acknowledged by the broker)")
         print(f"received {n} ({n / elapsed:.0f}/s, {args.clients}/s asked)  out of order or"
-              " repeated:"
-              f" {sum(c.broken for c in clients)}")
+              f" repeated: {seen.broken}")
         print(f"publish -> SSE receipt: p50 {q[49]:.1f} ms  p99 {q[98]:.1f} ms"
               f"  max {lat[-1] if lat else float('nan'):.1f} ms")
         print(f"gateway CPU: {cpu:.2f} s over the window = {cpu / max(n, 1) * 1e6:.0f} µs"
               " per message")
         print(f"broker CPU: {broker_cpu:.2f} s = {broker_cpu / max(n, 1) * 1e6:.0f} µs per"
               f" message; load average {os.getloadavg()[0]:.1f}")
-        # this process is the publisher and every client: when it is short of CPU, so is the
-        # measurement (a slow reader looks like a slow gateway)
-        print(f"bench (publisher + clients) CPU: {own_cpu:.2f} s = {own_cpu / elapsed:.2f} of a"
-              " core")
+        # when the clients are short of CPU or stall, so is the measurement (a slow reader
+        # looks like a slow gateway): their CPU, and every loop's lag and GC pauses
+        own_lags = [ms for t, ms in lags if w0 <= t < w1]
+        their_lags = [ms for t, ms in seen.lags if w0 <= t < w1]
+        their_gc = [ms for t, ms in seen.gc if w0 <= t < w1]
+        where = ("in this process" if not args.client_procs
+                 else f"in {args.client_procs} processes of their own")
+        print(f"bench: clients {where}; publisher + clients CPU {own_cpu:.2f} s ="
+              f" {own_cpu / elapsed:.2f} of a core; publisher's loop lag p99"
+              f" {pct(own_lags, 99):.1f} ms max {max(own_lags, default=float('nan')):.1f} ms;"
+              f" clients' loop lag p99 {pct(their_lags, 99):.1f} ms max"
+              f" {max(their_lags, default=float('nan')):.1f} ms; their gc pauses > 1 ms:"
+              f" {len(their_gc)}, max {max(their_gc, default=0):.1f} ms")
+        if stages is not None:
+            await asyncio.sleep(1)  # the probes write twice a second
+            stamps = {k: {"ok": t} for k, t in oks.items()}
+            for k, t in received.items():
+                stamps.setdefault(k, {})["received"] = t
+            for line in report(stages, stamps, (w0, w1)):
+                print(line)
     finally:
         for _, writer in idle:
             writer.close()
@@ -227,6 +221,11 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--idle", type=int, default=0)
     p.add_argument("--resources", action="store_true",
                    help="each client watches one resource (TOPIC/item-k, modified)")
+    p.add_argument("--client-procs", type=int, default=0, metavar="N",
+                   help="spread the clients over N processes of their own (ops/bench/"
+                        "_sse_clients.py: browsers are separate machines); 0: in this one")
+    p.add_argument("--stages", metavar="DIR",
+                   help="time each step of a Notify's path (ops/bench/_stages.py) into DIR")
     return p.parse_args(argv)
 
 

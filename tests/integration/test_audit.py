@@ -360,6 +360,28 @@ def test_the_reconciliation_shuffles_no_kept_frame_again(history: KafkaConfig, t
     assert len(shuffles) <= 5, shuffles
 
 
+def _sorts(plan: str) -> list[tuple[str, ...]]:
+    """The keys of every Sort in a physical plan's text, without their expression ids."""
+    return [tuple(re.sub(r"#\d+L?$", "", key.split(" ")[0]) for key in keys.split(", "))
+            for keys in re.findall(r"Sort \[(.*?)\], (?:true|false), \d+", plan)]
+
+
+def test_the_source_checks_sort_the_journal_twice(history: KafkaConfig, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every per-source window runs in one pass over the journal's ranges (sources.
+    source_checks), sorted in seq order once and in log order once; the duplicates, the first
+    copy of each seq and the holes read the seq order's sort (a window by (source, lo) needs no
+    sort of its own). The third sort by source is the publisher-seq check's, of the records
+    with a publisher seq. Before, five: holes, log order, copies, publisher seqs, and the
+    duplicates' sort-aggregate."""
+    result = _planned_audit(history, tmp_path, monkeypatch)
+    plan = result.findings._jdf.queryExecution().executedPlan().toString()
+    by_source = sorted({k for k in _sorts(plan) if k[0] == "source"})
+    assert by_source == [("source", "kafka_partition", "kafka_offset"),
+                         ("source", "lo", "hi", "kafka_offset"),
+                         ("source", "publisher_seq", "digest")], by_source
+
+
 def test_no_python_runs_in_the_reconciliation_of_undated_messages(
         history: KafkaConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No message of the small history has an expiration date, so the expiry's Python

@@ -28,7 +28,7 @@ def _journal(spark: Any, rows: list[tuple[Any, ...]]) -> Any:
 
 def _findings(spark: Any, rows: list[tuple[Any, ...]], from_start: tuple[int, ...] = ()) -> Any:
     ranges = sources.covered_ranges(_journal(spark, rows))
-    found = sources.source_findings(ranges, sources.source_holes(ranges, from_start)).collect()
+    found = sources.source_findings(ranges, sources.source_checks(ranges, from_start)).collect()
     return sorted((f["category"], f["source"], f["source_seq"]) for f in found)
 
 

@@ -21,9 +21,12 @@ Each kept frame is partitioned, once, the way the checks over it group their row
 they sort within partitions and shuffle nothing more: the link log by link (every link check
 is a window partitioned by the link first, links.py), the journal's ranges by source (every
 source check, sources.py), the pairs and the deliveries by (link, source, source seq), the key
-judge and the extras join them on and the summary reads them by. The registries' few rows go
-to every task (broadcast). A kept frame is planned with adaptive execution off (`audit`), or
-it would no longer say how it is partitioned and every query over it would shuffle it again.
+judge and the extras join them on and the summary reads them by. Within a partition, the
+per-source checks sort the journal's ranges twice, in seq order and in log order, and every
+other per-source question is a window that reads one of those sorts (sources.source_checks);
+only their few flagged rows are kept. The registries' few rows go to every task (broadcast).
+A kept frame is planned with adaptive execution off (`audit`), or it would no longer say how
+it is partitioned and every query over it would shuffle it again.
 """
 
 from __future__ import annotations
@@ -238,9 +241,12 @@ def _audit(spark: SparkSession, inputs: AuditInputs, options: AuditOptions) -> A
                              "source", "left_semi")
     # (by source, once: every per-source check is a window or an aggregate by source)
     ranges = ranges.repartition("source").cache()
-    holes = sources.source_holes(ranges, options.from_start).cache()
+    # Every per-source window in one pass, its few flagged rows kept: the holes and the
+    # findings are read from them, not windowed again.
+    checked = sources.source_checks(ranges, options.from_start).cache()
+    holes = sources.source_holes(checked).cache()
     stats = sources.source_stats(ranges).cache()
-    found = [sources.source_findings(ranges, holes)]
+    found = [sources.source_findings(ranges, checked)]
 
     all_messages = _messages(journal)
     messages = (all_messages if options.topic is None

@@ -33,8 +33,8 @@ from typing import Any
 
 from broker.spark.audit.findings import as_findings, millis
 
-__all__ = ["DIGEST", "content_digest", "covered_ranges", "source_findings", "source_holes",
-           "source_stats"]
+__all__ = ["DIGEST", "content_digest", "covered_ranges", "source_checks", "source_findings",
+           "source_holes", "source_stats"]
 
 DataFrame = Any  # pyspark.sql.DataFrame
 Column = Any
@@ -67,82 +67,106 @@ def covered_ranges(journal: DataFrame) -> DataFrame:
     )
 
 
-def source_holes(ranges: DataFrame, from_start: Sequence[int] = ()) -> DataFrame:
-    """(source, from_seq, to_seq, at_ms, kafka_partition, kafka_offset, topic) per hole;
-    `from_start`: journal partitions whose sources must begin at seq 1 (see the module doc)."""
+def source_checks(ranges: DataFrame, from_start: Sequence[int] = ()) -> DataFrame:
+    """The rows of `ranges` that open a hole, repeat a seq or come out of order, with what
+    each check found (`_hole`, `_twice`, `_late`, and the columns their details name): every
+    per-source window in one pass over `ranges`, sorted twice. Few rows: the job keeps them,
+    and source_holes and source_findings read them.
+
+    Two orders, because two questions: the holes are asked in seq order (a running maximum of
+    the seqs accounted for), the order in log order (a running maximum of the seqs journaled
+    before). Every other question is asked of the rows of one (source, seq), which the seq
+    order already keeps together, so each is a window over (source, lo) with no sort of its
+    own. The windows are stacked log order first: Spark's TransposeWindow would put a window
+    by (source) under one by (source, lo), and the seq order's sort would then be undone."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    w = Window.partitionBy("source").orderBy("lo", "hi", "kafka_offset")
-    before = w.rowsBetween(Window.unboundedPreceding, -1)
+    data = F.col("kind") == "DATA"
+    log_order = (Window.partitionBy("source").orderBy("kafka_partition", "kafka_offset")
+                 .rowsBetween(Window.unboundedPreceding, -1))
+    seq_order = (Window.partitionBy("source").orderBy("lo", "hi", "kafka_offset")
+                 .rowsBetween(Window.unboundedPreceding, -1))
+    one_seq = Window.partitionBy("source", "lo")
     start = (F.when(F.col("kafka_partition").isin(list(from_start)), F.lit(0))
              if from_start else F.lit(None))
-    reached = F.coalesce(F.max("hi").over(before), start.cast("bigint"))
-    return (ranges.withColumn("reached", reached)
-            .filter(F.col("reached").isNotNull() & (F.col("lo") > F.col("reached") + 1))
-            .select("source", (F.col("reached") + 1).alias("from_seq"),
-                    (F.col("lo") - 1).alias("to_seq"), "at_ms", "kafka_partition",
-                    "kafka_offset", "topic"))
+    position = F.struct("kafka_partition", "kafka_offset")
+    checked = (
+        ranges.withColumn("_highest", F.max("hi").over(log_order))
+        .withColumn("_reached", F.coalesce(F.max("hi").over(seq_order), start.cast("bigint")))
+        # the first copy of a seq in log order (the order check's), and its DATA records'
+        # count, contents, first and offsets (the duplicate check's)
+        .withColumn("_first_copy", F.min(position).over(one_seq) == position)
+        .withColumn("_n", F.count(F.when(data, F.lit(1))).over(one_seq))
+        .withColumn("_same", F.min(F.when(data, F.col("digest"))).over(one_seq)
+                    == F.max(F.when(data, F.col("digest"))).over(one_seq))
+        .withColumn("_first", F.min(F.when(data, F.struct(
+            "kafka_partition", "kafka_offset", "at_ms", "topic"))).over(one_seq))
+        .withColumn("_offsets", F.sort_array(F.collect_list(
+            F.when(data, F.col("kafka_offset"))).over(one_seq))))
+    hole = F.col("_reached").isNotNull() & (F.col("lo") > F.col("_reached") + 1)
+    # one finding per repeated seq: on its first DATA record
+    twice = (data & (F.col("_n") > 1)
+             & (F.col("kafka_partition") == F.col("_first.kafka_partition"))
+             & (F.col("kafka_offset") == F.col("_first.kafka_offset")))
+    late = F.col("_first_copy") & (F.col("lo") < F.col("_highest"))
+    return (checked.withColumns({"_hole": hole, "_twice": twice, "_late": late})
+            .filter(F.col("_hole") | F.col("_twice") | F.col("_late")))
 
 
-def _duplicates(ranges: DataFrame) -> DataFrame:
+def source_holes(checked: DataFrame) -> DataFrame:
+    """(source, from_seq, to_seq, at_ms, kafka_partition, kafka_offset, topic) per hole, of
+    source_checks' rows (`from_start`: journal partitions whose sources must begin at seq 1,
+    see the module doc, is given there)."""
+    from pyspark.sql import functions as F
+
+    return checked.filter(F.col("_hole")).select(
+        "source", (F.col("_reached") + 1).alias("from_seq"), (F.col("lo") - 1).alias("to_seq"),
+        "at_ms", "kafka_partition", "kafka_offset", "topic")
+
+
+def _by_pubseq(ranges: DataFrame) -> DataFrame:
+    """One publication under two seqs: same publisher seq, same content. (A window, not a
+    join with its own aggregate: ranges partitioned by source need no shuffle for it; and its
+    sort is of the records with a publisher seq only.)"""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    data = ranges.filter(F.col("kind") == "DATA")
-    twice = (data.groupBy("source", "lo").agg(
-        F.count("*").alias("n"), F.countDistinct("digest").alias("contents"),
-        F.min(F.struct("kafka_partition", "kafka_offset", "at_ms", "topic")).alias("first"),
-        F.sort_array(F.collect_list("kafka_offset")).alias("offsets"))
-        .filter(F.col("n") > 1))
-    by_seq = as_findings(
-        twice, "source_duplicate", source="source", source_seq="lo",
-        topic=F.col("first.topic"), journal_partition=F.col("first.kafka_partition"),
-        journal_offset=F.col("first.kafka_offset"), at_ms=F.col("first.at_ms"),
-        detail=F.format_string("source seq %d journaled %d times (offsets %s), %s", "lo", "n",
-                               F.array_join(F.col("offsets").cast("array<string>"), ","),
-                               F.when(F.col("contents") == 1, F.lit("same content"))
-                               .otherwise(F.lit("different content"))))
-    # One publication under two seqs: same publisher seq, same content. (A window, not a
-    # join with its own aggregate: ranges partitioned by source need no shuffle for it.)
     same = Window.partitionBy("source", "publisher_seq", "digest")
-    again = (data.filter(F.col("publisher_seq").isNotNull())
+    again = (ranges.filter((F.col("kind") == "DATA") & F.col("publisher_seq").isNotNull())
              .withColumn("first_seq", F.min("lo").over(same))
              .filter(F.col("lo") > F.col("first_seq")))
-    by_pubseq = as_findings(
+    return as_findings(
         again, "source_duplicate", source="source", source_seq="lo", topic="topic",
         journal_partition="kafka_partition", journal_offset="kafka_offset", at_ms="at_ms",
         detail=F.format_string("publisher seq %d journaled again with the same content "
                                "(first as source seq %d)", "publisher_seq", "first_seq"))
-    return by_seq.unionByName(by_pubseq)
 
 
-def _order(ranges: DataFrame) -> DataFrame:
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    log_order = Window.partitionBy("source").orderBy("kafka_partition", "kafka_offset")
-    before = log_order.rowsBetween(Window.unboundedPreceding, -1)
-    copies = Window.partitionBy("source", "lo").orderBy("kafka_partition", "kafka_offset")
-    late = (ranges.withColumn("highest", F.max("hi").over(before))
-            .withColumn("copy", F.row_number().over(copies))
-            .filter((F.col("copy") == 1) & (F.col("lo") < F.col("highest"))))
-    return as_findings(
-        late, "source_order", source="source", source_seq="lo", topic="topic",
-        journal_partition="kafka_partition", journal_offset="kafka_offset", at_ms="at_ms",
-        detail=F.format_string("source seq %d journaled after seq %d", "lo", "highest"))
-
-
-def source_findings(ranges: DataFrame, holes: DataFrame) -> DataFrame:
-    """`source_hole`, `source_duplicate` and `source_order` findings."""
+def source_findings(ranges: DataFrame, checked: DataFrame) -> DataFrame:
+    """`source_hole`, `source_duplicate` and `source_order` findings: of source_checks' rows
+    (`checked`), and of the records of `ranges` with a publisher seq."""
     from pyspark.sql import functions as F
 
     hole = as_findings(
-        holes, "source_hole", source="source", source_seq="from_seq", topic="topic",
-        journal_partition="kafka_partition", journal_offset="kafka_offset", at_ms="at_ms",
-        detail=F.format_string("source seqs %d..%d missing, and no GAP record explains them",
-                               "from_seq", "to_seq"))
-    return hole.unionByName(_duplicates(ranges)).unionByName(_order(ranges))
+        source_holes(checked), "source_hole", source="source", source_seq="from_seq",
+        topic="topic", journal_partition="kafka_partition", journal_offset="kafka_offset",
+        at_ms="at_ms", detail=F.format_string(
+            "source seqs %d..%d missing, and no GAP record explains them", "from_seq", "to_seq"))
+    by_seq = as_findings(
+        checked.filter(F.col("_twice")), "source_duplicate", source="source", source_seq="lo",
+        topic=F.col("_first.topic"), journal_partition=F.col("_first.kafka_partition"),
+        journal_offset=F.col("_first.kafka_offset"), at_ms=F.col("_first.at_ms"),
+        detail=F.format_string("source seq %d journaled %d times (offsets %s), %s", "lo", "_n",
+                               F.array_join(F.col("_offsets").cast("array<string>"), ","),
+                               F.when(F.col("_same"), F.lit("same content"))
+                               .otherwise(F.lit("different content"))))
+    late = as_findings(
+        checked.filter(F.col("_late")), "source_order", source="source", source_seq="lo",
+        topic="topic", journal_partition="kafka_partition", journal_offset="kafka_offset",
+        at_ms="at_ms", detail=F.format_string("source seq %d journaled after seq %d", "lo",
+                                              "_highest"))
+    return hole.unionByName(by_seq).unionByName(_by_pubseq(ranges)).unionByName(late)
 
 
 def source_stats(ranges: DataFrame) -> DataFrame:
