@@ -127,6 +127,9 @@ class BrokerApp:
         for topic, origin in self.redistribute:
             await asyncio.to_thread(self._prepare_redistribution, topic, origin)
             self.handler.redistribute(topic, origin)
+        # From here the journal's and the link log's reports come on this loop's thread, one
+        # wake-up each instead of a poll thread's and then the loop's.
+        self.core.serve_reports_on(self._loop)
         await self.server.start()
         self.port = self.server.port
         for peer_domain, host, port in self.peers:

@@ -15,7 +15,7 @@ import structlog
 from broker.codec import Codec, default_codec
 from broker.holds import HeldData
 from broker.journal import Journal, RecoveryReport
-from broker.kafka_io import KafkaConfig, KafkaProducer, ensure_topics
+from broker.kafka_io import KafkaConfig, KafkaProducer, ReportLoop, ensure_topics
 from broker.names import validate_topic
 from broker.records import AccessEntry, Subscription, Topic, now_ms
 from broker.registry import Registry
@@ -110,6 +110,13 @@ class BrokerCore:
                  topics=report.topics, subscriptions=report.subscriptions,
                  access_entries=report.access_entries)
         return report
+
+    def serve_reports_on(self, loop: ReportLoop) -> bool:
+        """Serve the producers' delivery reports on `loop`'s thread (call it there) instead of
+        their poll threads (broker/report_pipe.py); False where this process cannot."""
+        served = [p.serve_reports_on(loop)  # each of them, not just until one says no
+                  for p in (self._producer, self._link_producer) if p is not None]
+        return all(served)
 
     def close(self) -> None:
         """Close what `open` made; idempotent. Stop whatever refreshes the registries first

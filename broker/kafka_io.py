@@ -6,8 +6,10 @@ few operations: produce with a durability callback, read a partition range, crea
 Producer: idempotent, `acks=all`, so a delivery report without error means the record is in
 every in-sync replica and will not be duplicated by librdkafka's own retries. A background thread
 calls `poll()` so delivery callbacks run promptly whatever the caller does (confluent-kafka's
-`examples/producer.py` calls `poll(0)` after each produce for the same reason). `BufferError`
-(local queue full) is backpressure: wait for deliveries and retry, up to a deadline.
+`examples/producer.py` calls `poll(0)` after each produce for the same reason), until an event
+loop takes the reports over (`serve_reports_on`, broker/report_pipe.py: one wake-up per report
+instead of two). `BufferError` (local queue full) is backpressure: wait for deliveries and
+retry, up to a deadline.
 
 Admin: topic creation, listing, and `drop_namespace` for throwaway namespaces. `warm` does to a
 fresh Kafka what the broker's first minute would (its first producer id, its first consumer
@@ -34,13 +36,15 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka import Producer as _RdProducer
+from confluent_kafka import version as confluent_version
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from broker.report_pipe import ReportPipe
 from common.errors import JournalUnavailable, KafkaNotFound
 
 __all__ = [
@@ -82,6 +86,14 @@ LINK_LINGER_MS = 10
 TAIL_FETCH_WAIT_MS = 100
 #: How long a read waits for Kafka (leadership moving, a restart) before JournalUnavailable.
 KAFKA_WAIT_S = 30.0
+#: How often a producer whose reports the loop serves polls anyway: its after-poll hooks'
+#: cadence (the poll thread's timeout before), and a bound on a report whose wake-up was lost.
+REPORT_TICK_S = 0.05
+#: A loop that has not served its producer's reports for this long is blocked (a wait on its
+#: thread that no `produce_sync` announced: none in apexps, which waits for Kafka in worker
+#: threads): the parked poll thread serves them until it serves again. Long enough that a
+#: loaded machine's scheduling does not move reports off the loop.
+REPORT_STALL_S = 1.0
 #: librdkafka's own partitioner picks the partition (RD_KAFKA_PARTITION_UA).
 _ANY_PARTITION = -1
 
@@ -151,8 +163,8 @@ DeliveryCallback = Callable[[Exception | None, Position | None], None]
 
 class Delivery:
     """What becomes of one produced record: subclasses add slots for what they need to know
-    and implement `delivered` and `failed`, which run on the poll thread (or on a thread inside
-    `flush`).
+    and implement `delivered` and `failed`, which run on the thread serving reports (the poll
+    thread, or the event loop's once it took them over) or on a thread inside `flush`.
 
     The instance itself is the record's librdkafka delivery callback. A record in flight thus
     costs one small object: no closure, no partial and its argument tuple. That matters more
@@ -202,15 +214,40 @@ def _report(on_delivery: DeliveryCallback, err: KafkaError | None, msg: Any) -> 
         on_delivery(None, Position(msg.partition(), msg.offset()))
 
 
+class ReportLoop(Protocol):
+    """What `KafkaProducer.serve_reports_on` needs of an event loop (asyncio's has it)."""
+
+    def add_reader(self, fd: int, callback: Callable[[], object]) -> object: ...
+
+    def remove_reader(self, fd: int) -> object: ...
+
+    def call_later(self, delay: float, callback: Callable[[], object]) -> Any: ...
+
+    def call_soon_threadsafe(self, callback: Callable[[], object]) -> object: ...
+
+
 class KafkaProducer:
-    """Idempotent acks=all producer with a background poll thread."""
+    """Idempotent acks=all producer. Its delivery reports are served by a background poll
+    thread, or, once `serve_reports_on(loop)` took them over, on the event loop's thread
+    (broker/report_pipe.py); the poll thread then waits parked, woken only to serve reports
+    while the loop's thread itself waits for Kafka (a full local queue, `produce_sync`)."""
 
     def __init__(self, config: KafkaConfig, **overrides: Any) -> None:
+        self._client_id = str(config.extra.get("client.id") or overrides.get("client.id")
+                               or f"apexps-{uuid.uuid4().hex[:12]}")
+        overrides["client.id"] = self._client_id
         self._producer = _RdProducer(producer_conf(config, error_cb=self._on_error, **overrides))
         self._config = config
         self._closed = threading.Event()
         self._polled = threading.Event()
+        #: set while the loop's thread waits for Kafka: the parked poll thread serves meanwhile
+        self._rescue = threading.Event()
         self._after_poll: list[Callable[[], None]] = []
+        self._loop: ReportLoop | None = None
+        self._loop_thread: int | None = None
+        self._pipe: ReportPipe | None = None
+        self._tick: Any = None
+        self._served_at = 0.0
         self._thread = threading.Thread(target=self._poll_loop, name="kafka-poll", daemon=True)
         self._thread.start()
 
@@ -223,21 +260,65 @@ class KafkaProducer:
             log.debug("kafka client error", error=str(err))
 
     def add_after_poll(self, hook: Callable[[], None]) -> None:
-        """Run `hook` on the poll thread after each poll (used to batch checkpoints)."""
+        """Run `hook` after each poll (used to batch checkpoints): on the thread that served
+        the reports, and at least every `REPORT_TICK_S` while the producer is open."""
         self._after_poll.append(hook)
+
+    def serve_reports_on(self, loop: ReportLoop) -> bool:
+        """Serve delivery reports (and the after-poll hooks) on `loop`'s thread from now on;
+        call it on that thread. False, and nothing changes, where the process cannot
+        (broker/report_pipe.py says when)."""
+        if self._pipe is not None:
+            return True
+        pipe = ReportPipe.open(self._producer, self._client_id, str(confluent_version()))
+        if pipe is None:
+            return False
+        self._loop, self._loop_thread = loop, threading.get_ident()
+        self._served_at, self._pipe = time.monotonic(), pipe
+        loop.add_reader(pipe.fd, self._serve)
+        self._tick = loop.call_later(REPORT_TICK_S, self._on_tick)
+        self._serve()  # whatever the poll thread left
+        return True
+
+    def _serve(self) -> None:
+        pipe = self._pipe
+        if pipe is None:
+            return
+        self._served_at = time.monotonic()
+        pipe.drain()
+        self._poll(0)
+
+    def _on_tick(self) -> None:
+        if self._loop is not None and not self._closed.is_set():
+            self._serve()
+            self._tick = self._loop.call_later(REPORT_TICK_S, self._on_tick)
+
+    def _poll(self, timeout_s: float) -> None:
+        try:
+            self._producer.poll(timeout_s)
+        except Exception:  # a raising delivery callback must not end all delivery reports
+            log.exception("delivery callback failed")
+        self._polled.set()
+        for hook in self._after_poll:
+            try:
+                hook()
+            except Exception:  # a hook must never stop delivery callbacks
+                log.exception("after-poll hook failed")
 
     def _poll_loop(self) -> None:
         while not self._closed.is_set():
-            try:
-                self._producer.poll(0.05)
-            except Exception:  # a raising delivery callback must not end all delivery reports
-                log.exception("delivery callback failed")
-            self._polled.set()
-            for hook in self._after_poll:
-                try:
-                    hook()
-                except Exception:  # a hook must never stop delivery callbacks
-                    log.exception("after-poll hook failed")
+            if self._pipe is not None and not self._rescue.is_set() \
+                    and time.monotonic() - self._served_at < REPORT_STALL_S:
+                self._rescue.wait(REPORT_STALL_S / 2)
+                continue
+            # No loop serves (none took over, or it is blocked: a wait for Kafka on its
+            # thread that no `produce_sync` announced): serve here, as before it took over.
+            self._poll(0.05)
+
+    def _waiting_thread_is_the_loop(self) -> bool:
+        """Whether the caller is the thread that serves reports: then it must not wait for a
+        report without waking the poll thread to serve them meanwhile."""
+        return self._pipe is not None and threading.get_ident() == self._loop_thread
 
     def produce(
         self,
@@ -284,9 +365,12 @@ class KafkaProducer:
     def _produce(self, topic: str, key: bytes | None, value: bytes | None, partition: int,
                  report: Callable[[KafkaError | None, Any], None]) -> None:
         deadline = 0.0
+        rescued = False
         while True:
             try:
                 self._producer.produce(topic, value, key, partition, report)
+                if rescued:
+                    self._rescue.clear()
                 return
             except BufferError:
                 # The local queue is full: that is backpressure. Wait for the poll thread to
@@ -300,6 +384,9 @@ class KafkaProducer:
                 if threading.current_thread() is self._thread:
                     self._producer.poll(0.05)
                 else:
+                    if self._waiting_thread_is_the_loop():
+                        rescued = True
+                        self._rescue.set()
                     self._polled.clear()
                     self._polled.wait(0.1)
             except KafkaException as exc:
@@ -316,8 +403,15 @@ class KafkaProducer:
             done.set()
 
         self.produce(topic, key, value, on_delivery, partition=partition)
-        if not done.wait(self._config.delivery_timeout_ms / 1000 + 5):
-            raise JournalUnavailable("no delivery report from kafka in time")
+        rescue = self._waiting_thread_is_the_loop()
+        if rescue:
+            self._rescue.set()
+        try:
+            if not done.wait(self._config.delivery_timeout_ms / 1000 + 5):
+                raise JournalUnavailable("no delivery report from kafka in time")
+        finally:
+            if rescue:
+                self._rescue.clear()
         outcome = result[0]
         if isinstance(outcome, Exception):
             raise outcome
@@ -332,12 +426,36 @@ class KafkaProducer:
         if remaining:
             log.warning("closing with undelivered records", count=remaining)
         self._closed.set()
+        self._rescue.set()
         self._thread.join()
+        self._stop_serving()
         # Without this the librdkafka handle lives on until it is collected, reconnecting (and
         # logging each refusal) if Kafka goes first, as `apexps up` stops it on Ctrl-C.
         close = getattr(self._producer, "close", None)  # older confluent-kafka: none, freed by GC
         if close is not None:
             close()
+
+    def _stop_serving(self) -> None:
+        pipe, loop = self._pipe, self._loop
+        if pipe is None or loop is None:
+            return
+        self._pipe = self._loop = None
+        if self._tick is not None:
+            self._tick.cancel()
+
+        pipe.detach()  # now, from any thread: the producer's close must find no queue held
+
+        def stop() -> None:
+            loop.remove_reader(pipe.fd)
+            pipe.close()
+
+        if threading.get_ident() == self._loop_thread:
+            stop()
+            return
+        try:
+            loop.call_soon_threadsafe(stop)
+        except RuntimeError:  # the loop is closed: nothing watches the pipe any more
+            pipe.close()
 
 
 #: Records the warm-up produces and fetches back (`warm`).

@@ -91,6 +91,7 @@ from broker.robust.links import LinkLog
 from common.errors import ApexpsError, OptionNotImplemented, ParameterSyntaxError
 
 from ._deliveries import SendData, endpoint_of
+from ._on_loop import on_loop
 from ._wkt_publisher import WktPublisher
 from .events import EventNotifier
 from .sequenced import SequencedFanout
@@ -158,7 +159,7 @@ class PubsubHandler:
         #: not decode when it reads those records back)
         self.on_acked: Callable[[Sequence[JournalEntry]], None] | None = None
         #: drops copies of publications already journaled (publisher seqs, §8)
-        self.gate = PublishGate(journal, defer=self._loop.call_soon_threadsafe)
+        self.gate = PublishGate(journal, defer=on_loop(self._loop))
         #: journals WKT=Topics and WKT=Subscriptions as state changes (content-based §6)
         self.wkt = WktPublisher(service, self.gate, items, acked=self._forward_acked)
         #: transIDs of requests the service itself sent (redistribution) -> their reply

@@ -67,6 +67,7 @@ from common.errors import (
 
 from ._catch_up import CatchUps
 from ._deliveries import Packer, Renderer, SendData, endpoint_of
+from ._on_loop import on_loop
 
 __all__ = ["SequencedFanout"]
 
@@ -125,7 +126,7 @@ class SequencedFanout:
         self.core = DeliveryCore(
             links, service, _CatchUpInThread(journal, service, config.max_repair, self._loop),
             self._act, heartbeat_s=config.heartbeat_ms / 1000,
-            defer=self._loop.call_soon_threadsafe, clock=self._loop.time)
+            defer=on_loop(self._loop), clock=self._loop.time)
         self._marks = marks
         self._tasks: list[asyncio.Task[None]] = []
         #: read-your-writes waits on the journal follower, shared (None: no follower)
