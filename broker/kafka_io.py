@@ -531,7 +531,10 @@ def answers(bootstrap: str, timeout_s: float = 5.0) -> bool:
     # Not a metadata request for every topic: on a cluster shared by many test namespaces
     # (13,400 topics, 2026-11-26) its answer took 3-6 s, past the 3 s socket timeout, and a
     # healthy Kafka looked dead; DescribeCluster answered in 0.17 s.
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 3000})
+    # log_level 4: a handle destroyed with an event still on its background queue logs a
+    # BGQUEUE line at info, which would reach a command's stderr before its own error.
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 3000,
+                         "log_level": 4})
     try:
         cluster = admin.describe_cluster(request_timeout=timeout_s).result(timeout=timeout_s)
     except Exception:  # librdkafka raises KafkaException for every failure here
