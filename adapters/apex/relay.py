@@ -50,7 +50,10 @@ Choices the RFC leaves open (see the report in the commit log):
 
 Why one module of this length: attach, bind, terminate and data share one table of who is
 attached where; each rule is a short method beside the others it interacts with, and the
-RFC 3342 options it honours are in `options.py` and `_party.py`.
+RFC 3342 options it honours are in `options.py` and `_party.py`. Past 700 lines since the
+publications of a batch settle together: `Pending` answers them in the one pass their
+`Ticket`s are settled in (ticket.py holds the ticket itself), which is the relay's own rule
+about when a data is answered, so it stays beside the other rules.
 """
 
 from __future__ import annotations
