@@ -39,6 +39,15 @@ written: recovery finds a hole by comparing the tail with the loaded state, and 
 already counts the seqs after the hole would hide it (tests/broker/test_checkpoints.py's
 stateful model found that one).
 
+*In steps.* A phase goes out `STEP` records at a time, each step encoding its records just
+before it sends them, and where the port says so (`later`: the Kafka port, when the step would
+run on the event loop that serves the delivery reports) the next step waits for the loop's next
+turn. A round of 1,000 changed items is tens of ms of Python; in one piece on the loop it
+stalled every connection that long, once a second (the slowest 1-3 % of
+ops/bench/bench_gateway.py's Notifies). A step the loop has not run yet is the round's
+`pending`; whoever waits for a round (`wait`, `settle`, maybe on a thread the loop waits for)
+runs it itself, so a wait never depends on the loop turning.
+
 When to flush is `FlushPolicy`'s rule: once something changed and either `every` changes piled
 up or `interval_s` passed. Bucket entries are written as they are found (a read by bucket is
 only ever slower without one: it starts at an earlier bucket); old ones are pruned, the newest
@@ -52,6 +61,7 @@ tests drive it on an in-memory fake (tests/broker/test_checkpoints.py).
 from __future__ import annotations
 
 import functools
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -83,11 +93,16 @@ log = structlog.get_logger(__name__)
 MARKER_PREFIX = "\x00partition\x00"
 #: Drop expired buckets at most this often.
 PRUNE_INTERVAL_S = 60.0
+#: Records a phase encodes and sends in one step (module docstring): 64 item versions are
+#: about 1.5 ms of Python, a pause the loop's connections do not notice.
+STEP = 64
+#: How often a wait for a round looks for a step the loop has not run.
+AWAIT_TICK_S = 0.05
 
 #: One checkpoint record: key, value (None: a tombstone).
 Write = tuple[bytes, bytes | None]
 #: A round's phase: its records, or a function making them when the phase goes out.
-Phase = list[Write] | Callable[[], list[Write]]
+Phase = list[Write] | Callable[[], Iterable[Write]]
 #: Outcome of one write: None, or why Kafka does not hold it.
 WriteDone = Callable[[Exception | None], None]
 
@@ -124,6 +139,10 @@ class CheckpointPort(Protocol):
         """Queue one checkpoint record; `done` runs once with its outcome. Raises
         JournalUnavailable if it is refused outright (then `done` never runs)."""
 
+    def later(self, step: Callable[[], None]) -> bool:
+        """Queue `step` (a round's next step) for the event loop's next turn and say True,
+        if the caller is that loop; False: the caller runs it now."""
+
     def read_checkpoints(self) -> Iterable[tuple[bytes, bytes | None]]:
         """Every checkpoint record the topic still holds, in the order written."""
 
@@ -158,6 +177,8 @@ class Round:
     left: list[int] = field(default_factory=list)
     failed: bool = False
     done: threading.Event = field(default_factory=threading.Event)
+    #: the step queued on the loop and not yet run (0 or 1 of them): whoever pops it runs it
+    pending: list[Callable[[], None]] = field(default_factory=list)
 
 
 class CheckpointBook:
@@ -171,7 +192,9 @@ class CheckpointBook:
         decode_marker: the offset a marker record names.
         plan: the owner's phases for a round's dirty keys and number, if its states are more
             than one record each (default: one phase, `encode_state` of each key). A phase
-            may be a function, called (without the lock) when the phase goes out.
+            may be a function, called (without the lock) when the phase goes out; what it
+            returns is read a step at a time (module docstring), so it may be a generator
+            that encodes each record as it is read.
         extra: whether the owner has something to write though no key is dirty (the item
             store's due tombstones).
         key_parts: NUL-separated parts of a state key (see `parse_key`).
@@ -333,7 +356,7 @@ class CheckpointBook:
         round_ = self._round
         if round_ is None:
             return True
-        return round_.done.wait(timeout_s) and not round_.failed
+        return self._await(round_, time.monotonic() + timeout_s) and not round_.failed
 
     def settle(self, timeout_s: float = 30.0) -> None:
         """Write everything there is now and wait until Kafka holds it (or raise)."""
@@ -341,7 +364,7 @@ class CheckpointBook:
         while True:
             busy = self._round
             if busy is not None:  # it may predate the call: wait, then write our own
-                if not busy.done.wait(max(0.0, deadline - time.monotonic())):
+                if not self._await(busy, deadline):
                     raise JournalUnavailable("checkpoints not durable in time")
                 continue
             round_ = self.flush()
@@ -349,7 +372,7 @@ class CheckpointBook:
                 if self._round is None:
                     return
                 continue
-            if not round_.done.wait(max(0.0, deadline - time.monotonic())):
+            if not self._await(round_, deadline):
                 raise JournalUnavailable("checkpoints not durable in time")
             if round_.failed:
                 raise JournalUnavailable("a checkpoint write failed; its keys stay dirty")
@@ -358,27 +381,68 @@ class CheckpointBook:
                         self._marked.get(p) == o for p, o in self._hw.items())):
                     return
 
+    def _await(self, round_: Round, deadline: float) -> bool:
+        """Wait for `round_` to end, running its pending step meanwhile: the loop it was
+        queued on may be the very thread that waits, or one that waits for this one."""
+        while not round_.done.wait(min(AWAIT_TICK_S, max(0.0, deadline - time.monotonic()))):
+            self._run_pending(round_)
+            if time.monotonic() >= deadline:
+                return round_.done.is_set()
+        return True
+
     def _next_phase(self, round_: Round) -> None:
         if round_.failed or not round_.phases:
             self._end(round_)
             return
         phase = round_.phases.pop(0)
+        writes: Iterable[Write]
         if callable(phase):
             try:
-                phase = phase()
+                writes = phase()
             except Exception as exc:  # never expected: what the owner held encodes again
                 log.error("checkpoint could not be encoded", error=str(exc))
                 round_.failed = True
                 self._end(round_)
                 return
-        round_.left = list(range(len(phase) + 1))  # a token per record, one for the sending
+        else:
+            writes = phase
+        # A token per record sent, and one at the bottom for the sending itself: the last
+        # token popped is the bottom one, once every record is sent and has its outcome.
+        round_.left = [0]
+        self._step(round_, iter(writes))
+
+    def _step(self, round_: Round, writes: Iterator[Write]) -> None:
+        """Encode and send the phase's next `STEP` records; the rest at the loop's next turn."""
+        try:
+            batch = list(itertools.islice(writes, STEP))
+        except Exception as exc:  # never expected: what the owner held encodes again
+            log.error("checkpoint could not be encoded", error=str(exc))
+            round_.failed = True
+            batch = []
         done = functools.partial(self._written, round_)
-        for key, value in phase:
+        for key, value in batch:
+            round_.left.append(1)
             try:
                 self.port.write(key, value, done)
             except JournalUnavailable as exc:
                 self._written(round_, exc)
-        self._written(round_, None)
+        if len(batch) == STEP and not round_.failed:
+            self._then(round_, functools.partial(self._step, round_, writes))
+        else:
+            self._written(round_, None)
+
+    def _then(self, round_: Round, step: Callable[[], None]) -> None:
+        round_.pending.append(step)
+        if not self.port.later(functools.partial(self._run_pending, round_)):
+            self._run_pending(round_)
+
+    @staticmethod
+    def _run_pending(round_: Round) -> None:
+        try:
+            step = round_.pending.pop()  # atomic: the loop and a waiter may both try
+        except IndexError:
+            return
+        step()
 
     def _written(self, round_: Round, err: Exception | None) -> None:
         if err is not None:
@@ -386,7 +450,7 @@ class CheckpointBook:
                 log.warning("checkpoint write failed; its keys stay dirty", error=str(err))
             round_.failed = True
         if not round_.left.pop():  # list.pop is atomic: reports may come on two threads
-            self._next_phase(round_)
+            self._then(round_, functools.partial(self._next_phase, round_))
 
     def _end(self, round_: Round) -> None:
         with self.lock:

@@ -226,6 +226,8 @@ class ReportLoop(Protocol):
 
     def call_later(self, delay: float, callback: Callable[[], object]) -> Any: ...
 
+    def call_soon(self, callback: Callable[[], object]) -> Any: ...
+
     def call_soon_threadsafe(self, callback: Callable[[], object]) -> object: ...
 
 
@@ -266,6 +268,16 @@ class KafkaProducer:
         """Run `hook` after each poll (used to batch checkpoints): on the thread that served
         the reports, and at least every `REPORT_TICK_S` while the producer is open."""
         self._after_poll.append(hook)
+
+    def soon(self, work: Callable[[], None]) -> bool:
+        """Queue `work` for the next turn of the loop that serves the reports and say True, if
+        this is that loop's thread; False (the caller runs it now) on any other: a long piece
+        of Python split into turns this way stalls none of the loop's connections."""
+        loop = self._loop
+        if loop is None or not self._waiting_thread_is_the_loop():
+            return False
+        loop.call_soon(work)
+        return True
 
     def serve_reports_on(self, loop: ReportLoop) -> bool:
         """Serve delivery reports (and the after-poll hooks) on `loop`'s thread from now on;
@@ -905,6 +917,9 @@ class KafkaCheckpoints:
               done: Callable[[Exception | None], None]) -> None:
         self.producer.produce(self.book_topic, key, value,
                               lambda err, _pos: done(err), partition=0)
+
+    def later(self, step: Callable[[], None]) -> bool:
+        return self.producer.soon(step)
 
     def read_checkpoints(self) -> Iterator[tuple[bytes, bytes | None]]:
         for rec in read_partition(self.config, self.book_topic, 0):

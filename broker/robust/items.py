@@ -45,7 +45,7 @@ Durability (the compacted `NS.items`, one partition, written only by the process
   its own size plus a small header, however many deltas the item holds, and no record is ever
   larger than the journal's own;
 - `NUL partition NUL p` → every header covers journal partition p up to this offset.
-A checkpoint (on the producer's poll thread, every second or after 1000 applied messages; one
+A checkpoint (where the producer's reports are served, every second or after 1000 applied messages; one
 at a time) captures under the lock which items changed and the positions applied, then writes
 in three phases, each once Kafka holds the one before: the new versions, the headers naming
 them, the markers. (Kafka may refuse one batch and take the next; a header whose versions were
@@ -420,16 +420,19 @@ class ItemStore:
             plan.append((key, state, [v for v in state.versions if v.order not in had], orders))
         now = self._clock()
 
-        def versions() -> list[Write]:
-            out: list[Write] = [(_header_key(g.key) if g.order is None
-                                 else _version_key(g.key, g.order), None) for g in collected]
+        # Generators: the book reads a phase a step at a time and each record is encoded as
+        # it is read, so a round of many items never holds the event loop in one piece.
+        def versions() -> Iterator[Write]:
+            for g in collected:
+                yield (_header_key(g.key) if g.order is None
+                       else _version_key(g.key, g.order), None)
             for key, _, new, _ in plan:
-                out.extend((_version_key(key, v.order), self._version(key, v)) for v in new)
-            return out
+                for v in new:
+                    yield _version_key(key, v.order), self._version(key, v)
 
-        def headers() -> list[Write]:
-            return [(_header_key(key), self._header(key, orders, state is None, covers, now))
-                    for key, state, _, orders in plan]
+        def headers() -> Iterator[Write]:
+            for key, state, _, orders in plan:
+                yield _header_key(key), self._header(key, orders, state is None, covers, now)
 
         return [versions, headers]
 

@@ -55,6 +55,9 @@ class FakeKafka:
         self.book_flight.append((key, value, done))
         self.wrote.set()
 
+    def later(self, step: Callable[[], None]) -> bool:
+        return False
+
     def read_checkpoints(self) -> list[tuple[bytes, bytes | None]]:
         return list(self.book)
 
@@ -144,6 +147,80 @@ def test_states_go_out_first_and_markers_only_once_kafka_holds_them() -> None:
     kafka.settle_book()
     assert book.wait(0)
     assert book.flush() is None  # nothing new: nothing written
+
+
+@dataclass
+class TurningKafka(FakeKafka):
+    """A FakeKafka whose book runs on an event loop that the test turns: `later` queues the
+    book's next step for the loop's next turn, as the Kafka port does on the loop's thread."""
+
+    turns: list[Callable[[], None]] = field(default_factory=list)
+
+    def later(self, step: Callable[[], None]) -> bool:
+        self.turns.append(step)
+        return True
+
+    def turn(self) -> None:
+        for step in self.turns[:]:
+            self.turns.remove(step)
+            step()
+
+
+def _stepped_book(kafka: FakeKafka, keys: list[str], encoded: list[str]) -> CheckpointBook:
+    """A book whose one phase is a generator that notes each record as it encodes it."""
+
+    def plan(dirty: set[str], _number: int) -> list[checkpoints.Phase]:
+        def phase() -> Iterator[tuple[bytes, bytes]]:
+            for key in sorted(dirty):
+                encoded.append(key)
+                yield state_key(key), key.encode()
+        return [phase]
+
+    book = CheckpointBook(kafka, encode_state=lambda _: None,
+                          encode_marker=lambda p, o: str(o).encode(), decode_marker=int,
+                          plan=plan)
+    for key in keys:
+        book.changed(key)
+    book.durable(0, 5)
+    return book
+
+
+def test_a_large_phase_goes_out_a_step_at_a_time_encoding_as_it_goes() -> None:
+    """A phase of more than `STEP` records is encoded and sent `STEP` at a time, each step at
+    the loop's next turn, so that no turn holds the loop for the whole round; the markers still
+    wait until Kafka holds every state."""
+    step = checkpoints.STEP
+    keys = [f"k{i:05d}" for i in range(2 * step + 5)]
+    kafka, encoded = TurningKafka(), []
+    book = _stepped_book(kafka, keys, encoded)
+    assert book.flush() is not None
+    # One step, no more: the rest is neither encoded nor sent until the loop turns.
+    assert (len(encoded), len(kafka.book_flight), len(kafka.turns)) == (step, step, 1)
+    kafka.turn()
+    assert (len(encoded), len(kafka.book_flight), len(kafka.turns)) == (2 * step, 2 * step, 1)
+    kafka.turn()
+    assert (len(encoded), len(kafka.book_flight), len(kafka.turns)) == (len(keys), len(keys), 0)
+    assert set(_kinds(kafka.book_flight)) == {"state"}
+    kafka.settle_book()  # the last report ends the phase: the markers' phase waits its turn
+    assert kafka.book_flight == [] and len(kafka.turns) == 1
+    kafka.turn()
+    assert _kinds(kafka.book_flight) == ["marker"]
+    kafka.settle_book()
+    kafka.turn()
+    assert book.wait(0)
+    assert [k for k, _ in kafka.book[:len(keys)]] == [state_key(k) for k in keys]
+
+
+def test_a_wait_runs_the_steps_a_loop_that_does_not_turn_left_pending() -> None:
+    """Whoever waits for a round (`settle` at close, on the loop's own thread perhaps) runs
+    the steps queued for the loop, so the wait never depends on the loop turning."""
+    keys = [f"k{i:05d}" for i in range(3 * checkpoints.STEP)]
+    kafka, encoded = TurningKafka(auto=True), []
+    book = _stepped_book(kafka, keys, encoded)
+    book.flush()
+    assert kafka.turns  # queued for a loop nobody turns
+    assert book.wait(5)
+    assert {k for k, _ in kafka.book} >= {state_key(k) for k in keys} | {marker_key(0)}
 
 
 def test_a_failed_state_write_writes_no_marker_and_keeps_its_key_dirty() -> None:
