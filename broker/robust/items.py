@@ -45,17 +45,17 @@ Durability (the compacted `NS.items`, one partition, written only by the process
   its own size plus a small header, however many deltas the item holds, and no record is ever
   larger than the journal's own;
 - `NUL partition NUL p` → every header covers journal partition p up to this offset.
-A checkpoint (where the producer's reports are served, every second or after 1000 applied messages; one
-at a time) captures under the lock which items changed and the positions applied, then writes
-in three phases, each once Kafka holds the one before: the new versions, the headers naming
-them, the markers. (Kafka may refuse one batch and take the next; a header whose versions were
-refused would make a recovery skip what it could not hold.) Keys that no longer matter (a
-replaced image and its deltas, a dropped item's header) are tombstoned one checkpoint later,
-once a marker covering the change is durable: until then a recovery may still need them. A
-failed checkpoint leaves its items dirty and writes no marker. The key scheme (headers are the
-checkpoint book's states, versions its sub-records), the rounds and their phase order, the flush
-rule and the recovery read are broker/checkpoints.py's; the store plans each round's versions
-and headers and undoes what a failed round assumed.
+A checkpoint (on the thread that serves the producer's reports, every second or after 1000
+applied messages; one at a time) captures under the lock which items changed and the positions
+applied, then writes in three phases, each once Kafka holds the one before: the new versions,
+the headers naming them, the markers. (Kafka may refuse one batch and take the next; a header
+whose versions were refused would make a recovery skip what it could not hold.) Keys that no
+longer matter (a replaced image and its deltas, a dropped item's header) are tombstoned one
+checkpoint later, once a marker covering the change is durable: until then a recovery may still
+need them. A failed checkpoint leaves its items dirty and writes no marker. The key scheme
+(headers are the checkpoint book's states, versions its sub-records), the rounds and their phase
+order, the flush rule and the recovery read are broker/checkpoints.py's; the store plans each
+round's versions and headers and undoes what a failed round assumed.
 
 Recovery (`recover`, by the broker at start, before its journal follower). Load the compacted
 topic, rebuild every item from its header and versions, then replay the journal from just after
