@@ -1,7 +1,8 @@
 """Where a Notify's time goes: the stage files `_stages.py` wrote, joined by key with what the
 benchmark itself noted (send, the publisher's `ok`, the client's receipt), as a table of each
 step's p50/p99 over every Notify and over the slowest 1 % (those at or above the p99 of publish
--> receipt), plus each process's event-loop lag and garbage-collection pauses."""
+-> receipt), plus each process's event-loop lag, garbage-collection pauses and the sites of its
+longest loop stalls."""
 
 from __future__ import annotations
 
@@ -33,8 +34,13 @@ def report(folder: Path, bench: dict[str, dict[str, int]], window: tuple[int, in
     for path in sorted(folder.glob("*.stages")):
         lag: list[float] = []
         pauses: dict[str, list[float]] = defaultdict(list)
+        stalls: dict[str, list[float]] = defaultdict(list)
         for line in path.read_text().splitlines():
             stage, key, ns, *at = line.split()
+            if stage == "stall":  # stall NS AT SITE
+                if window[0] <= int(ns) < window[1]:
+                    stalls[at[0]].append(int(key) / 1e6)
+                continue
             if stage in ("lag", "gc"):
                 if not window[0] <= int(at[0]) < window[1]:
                     continue
@@ -45,6 +51,8 @@ def report(folder: Path, bench: dict[str, dict[str, int]], window: tuple[int, in
                      f" ms max {max(lag, default=float('nan')):.1f} ms; gc pauses > 1 ms: "
                      + (", ".join(f"gen{g} x{len(v)} max {max(v):.1f} ms"
                                   for g, v in sorted(pauses.items())) or "none"))
+        longest = sorted(stalls.items(), key=lambda kv: -sum(kv[1]))[:3]
+        lines.extend(f"  stalls at {site}: x{len(v)}, max {max(v):.0f} ms" for site, v in longest)
     total = {k: (s["received"] - s["sent"]) / 1e6 for k, s in stamps.items() if "received" in s}
     if not total:
         return lines

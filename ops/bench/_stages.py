@@ -18,22 +18,34 @@ Stages (in path order):
 - `sse_out`: the gateway's SSE handler took it off the stream's queue to write it.
 
 Beside them, per process: the event loop's lag (a 10 ms timer's lateness, as `lag loop NS
-AT`) and every garbage collection that took over 1 ms (`gc GEN NS AT`), AT the wall clock.
+AT`), every garbage collection that took over 1 ms (`gc GEN NS AT`), AT the wall clock, and
+every loop callback that held the loop over `STALL_MS` (`stall NS AT SITE`): a thread notes
+the main thread's Python stack every `SAMPLE_S`, and a stall is a run of samples inside one
+callback (the same outermost frame under the loop); SITE is the innermost apexps frames seen
+most often in it. A lag says the loop was late; a stall says what held it. (That is how the
+item store's checkpoint round was found holding the broker's loop 23-47 ms once a second.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import gc
 import re
 import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine
+from types import FrameType
 from typing import Any
 
 _NOTED: list[str] = []
+#: How often the stall sampler looks at the main thread, and the least stall it notes.
+SAMPLE_S = 0.004
+STALL_MS = 12
+#: The project's packages: a stall's site is named by their frames, not the library's.
+_OWN = ("/broker/", "/adapters/", "/common/")
 _VERSION = re.compile(rb">([A-Za-z0-9+/=]+)</version></notify>")
 _SSE_CONTENT = re.compile(rb'"content":"(\d+)"\}\]\}')
 
@@ -141,6 +153,52 @@ def _gc_pauses() -> None:
     gc.callbacks.append(timed)
 
 
+def _site(frame: FrameType | None) -> str:
+    """The three innermost apexps frames of a stack, innermost first."""
+    out: list[str] = []
+    while frame is not None and len(out) < 3:
+        code = frame.f_code
+        if any(part in code.co_filename for part in _OWN):
+            name = code.co_filename.rsplit("/", 1)[-1]
+            out.append(f"{name}:{code.co_name}:{frame.f_lineno}")
+        frame = frame.f_back
+    return "<".join(out) or "-"
+
+
+def _callback(frame: FrameType | None) -> FrameType | None:
+    """The outermost frame above the event loop (the callback it runs), None when idle."""
+    below: FrameType | None = None
+    while frame is not None:
+        if frame.f_code.co_filename.endswith("runners.py"):  # asyncio.run: uvloop is C
+            return below
+        below, frame = frame, frame.f_back
+    return None
+
+
+def _stalls() -> None:
+    main = threading.main_thread().ident
+    assert main is not None  # the main thread runs: it started this one
+    current: int | None = None
+    began = 0
+    sites: collections.Counter[str] = collections.Counter()
+    while True:
+        time.sleep(SAMPLE_S)
+        stack = sys._current_frames().get(main)
+        if stack is None:
+            return
+        callback = _callback(stack)
+        now = time.perf_counter_ns()
+        held = None if callback is None else id(callback)
+        if held != current:
+            if current is not None and now - began > STALL_MS * 1_000_000:
+                site = sites.most_common(1)[0][0] if sites else "-"
+                _NOTED.append(f"stall {now - began} {time.time_ns()} {site}\n")
+            current, began = held, now
+            sites.clear()
+        if held is not None:
+            sites[_site(stack)] += 1
+
+
 def _loop_lag(run: Callable[..., Any]) -> Callable[..., Any]:
     async def lag() -> None:
         while True:
@@ -168,6 +226,7 @@ def main() -> int:
     if "gateway" in args:
         _gateway()
     _gc_pauses()
+    threading.Thread(target=_stalls, daemon=True).start()
     from adapters.cli import loop
     loop.run = _loop_lag(loop.run)
     threading.Thread(target=_writer, args=(path,), daemon=True).start()
