@@ -102,7 +102,7 @@ async def _librdkafka(config: KafkaConfig, topic: str, records: int, on_loop: bo
 
 async def _aiokafka(bootstrap: str, topic: str, records: int) -> str:
     try:
-        from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
+        from aiokafka import AIOKafkaProducer
     except ImportError:
         raise SystemExit(INSTALL_HINT) from None
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
