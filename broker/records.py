@@ -7,15 +7,23 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from itertools import chain
 from typing import Any
 
 from broker.kafka_io import Position
 
 __all__ = [
+    "PACKED_CONTENT",
+    "PACKED_EXPIRATION",
+    "PACKED_MESSAGE_ID",
+    "PACKED_PUBLISH_TYPE",
+    "PACKED_REVISION_ID",
+    "PACKED_TOPIC",
     "AccessEffect",
     "AccessEntry",
     "AccessKind",
     "JournalEntry",
+    "PackedEntry",
     "Publication",
     "PublishType",
     "RecordKind",
@@ -23,7 +31,9 @@ __all__ = [
     "SubscriptionState",
     "Topic",
     "now_ms",
+    "pack_entry",
     "to_ms",
+    "unpack_entry",
 ]
 
 
@@ -223,6 +233,59 @@ def _slot_builder(cls: type[Any]) -> Any:
 _new_entry: Callable[..., JournalEntry] = _slot_builder(JournalEntry)
 _RECORD_KINDS = {k.value: k for k in RecordKind}
 _PUBLISH_TYPES = {t.value: t for t in PublishType}
+
+
+#: A `JournalEntry` as a tuple of plain values (`pack_entry`), for entries kept for long.
+PackedEntry = tuple[Any, ...]
+#: Where `pack_entry` puts what its keepers read without unpacking.
+PACKED_TOPIC, PACKED_PUBLISH_TYPE, PACKED_MESSAGE_ID, PACKED_REVISION_ID = 3, 8, 10, 11
+PACKED_EXPIRATION, PACKED_CONTENT = 13, 16
+
+
+def pack_entry(e: JournalEntry) -> PackedEntry:
+    """`e` as a tuple of ints, strs, bytes, None and flat tuples of them: nothing CPython's
+    cyclic collector walks once it has met it (it untracks such tuples, a level a pass), where
+    the entry itself, its Position, its fields map and each list in it are up to five objects
+    it walks at every collection for as long as the entry lives. What a store keeps for long
+    (the item store's versions: broker/robust/_item_rules.py says what it cost) it keeps
+    packed. Not the journal's recent past (broker/recent.py): packing it cost W1 5 % of its
+    rate, packed on the follower thread per message, for collections no shorter where it
+    counts (docs/bench-peers.md)."""
+    # The order is the PACKED_* constants' (tests/broker/test_packed_entry.py holds them).
+    return (e.position.partition, e.position.offset, e.kind.value, e.topic, e.source,
+            e.source_seq, e.gap_to, e.gap_reason, e.publish_type.value, e.publisher_seq,
+            e.message_id, e.revision_id, e.publication_date, e.expiration_date,
+            e.permission_token, e.content_type, e.content,
+            # Flat (name, count, values..., name, ...): the collector untracks a tuple only
+            # once the tuples inside it are, at worst one level a pass, so two levels, not four.
+            _flat_fields(e.fields) if e.fields else (),
+            tuple(chain.from_iterable(e.options.items())) if e.options else (), e.appended_at)
+
+
+def _flat_fields(fields: Mapping[str, list[str]]) -> tuple[str | int, ...]:
+    flat: list[str | int] = []
+    for name, values in fields.items():
+        flat.append(name)
+        flat.append(len(values))
+        flat.extend(values)
+    return tuple(flat)
+
+
+def _fields_of(flat: tuple[Any, ...]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    i = 0
+    while i < len(flat):
+        n = flat[i + 1]
+        out[flat[i]] = list(flat[i + 2:i + 2 + n])
+        i += 2 + n
+    return out
+
+
+def unpack_entry(p: PackedEntry) -> JournalEntry:
+    """The entry `pack_entry` packed, equal to it (its own fields map and options)."""
+    return _new_entry(Position(p[0], p[1]), _RECORD_KINDS[p[2]], *p[3:8],
+                      _PUBLISH_TYPES[p[8]], *p[9:17],
+                      _fields_of(p[17]), dict(zip(p[18][::2], p[18][1::2], strict=True)), p[19])
 
 
 def gap_record(source: str, topic: str, lo: int, hi: int, reason: str) -> dict[str, Any]:
