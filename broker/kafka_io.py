@@ -26,7 +26,8 @@ writer (`journal_writer.py`), the codec, the checkpoint book. What grew it past 
 this round is settings, not logic: the link log's lingering producer (`link_linger_ms`) and a
 tail's fetch wait and size, each with the measurement that chose it beside it; past 900, the
 producer's hand-over of its delivery reports to an event loop (`serve_reports_on`, with the
-parked poll thread's rescue), whose ctypes half is broker/report_pipe.py. The producer is the
+parked poll thread's rescue), whose ctypes half is broker/report_pipe.py, and `soon`, which
+splits a checkpoint round into the loop's turns (broker/checkpoints.py). The producer is the
 next thing to leave, as a module of its own, once the lint rule names two modules.
 """
 

@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 from adapters.cli import loop as event_loop
 from broker.kafka_io import KafkaConfig, KafkaProducer, drop_namespace, ensure_topics
+from ops.bench.bench_pubsub import _cpu_seconds, _listener_pid
 
 BODY = b"x" * 512
 MODES = ("rd-loop", "aio", "rd-thread")
@@ -42,22 +41,12 @@ INSTALL_HINT = "the probe needs the bench extra: .venv/bin/pip install -e '.[ben
 Send = Callable[[float, list[float]], Awaitable[None]]
 
 
-def _kafka_cpu_s() -> float:
-    """CPU seconds of this machine's Kafka JVM so far (0 if none runs here)."""
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if b"kafka.Kafka" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-                return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except OSError:
-            continue
-    return 0.0
-
-
-async def _paced(mode: str, records: int, send: Send) -> str:
-    """`records` sends, one due every millisecond; the figures as one line."""
+async def _paced(mode: str, records: int, send: Send, kafka_pid: int | None) -> str:
+    """`records` sends, one due every millisecond; the figures as one line (Kafka's CPU 0
+    where its process cannot be found)."""
     latencies: list[float] = []
-    began, cpu, kafka = time.perf_counter(), time.process_time(), _kafka_cpu_s()
+    began, cpu = time.perf_counter(), time.process_time()
+    kafka = _cpu_seconds(kafka_pid) if kafka_pid else 0.0
     sends = []
     for i in range(records):
         wait = began + i / 1000 - time.perf_counter()
@@ -65,7 +54,8 @@ async def _paced(mode: str, records: int, send: Send) -> str:
             await asyncio.sleep(wait)  # pacing the load, not awaiting an event
         sends.append(asyncio.ensure_future(send(began + i / 1000, latencies)))
     await asyncio.gather(*sends)
-    cpu, kafka = time.process_time() - cpu, _kafka_cpu_s() - kafka
+    cpu = time.process_time() - cpu
+    kafka = _cpu_seconds(kafka_pid) - kafka if kafka_pid else 0.0
     latencies.sort()
     return (f"{mode:9} process {cpu / records * 1e6:5.0f} µs/record, Kafka"
             f" {kafka / records * 1e6:5.0f} µs/record, latency p50"
@@ -73,7 +63,8 @@ async def _paced(mode: str, records: int, send: Send) -> str:
             f" {latencies[int(len(latencies) * 0.99)] * 1e3:.2f} ms")
 
 
-async def _librdkafka(config: KafkaConfig, topic: str, records: int, on_loop: bool) -> str:
+async def _librdkafka(config: KafkaConfig, topic: str, records: int, on_loop: bool,
+                      kafka_pid: int | None) -> str:
     loop = asyncio.get_running_loop()
     producer = KafkaProducer(config)
     if on_loop and not producer.serve_reports_on(loop):
@@ -95,12 +86,12 @@ async def _librdkafka(config: KafkaConfig, topic: str, records: int, on_loop: bo
         await done
 
     try:
-        return await _paced("rd-loop" if on_loop else "rd-thread", records, send)
+        return await _paced("rd-loop" if on_loop else "rd-thread", records, send, kafka_pid)
     finally:
         await asyncio.to_thread(producer.close)
 
 
-async def _aiokafka(bootstrap: str, topic: str, records: int) -> str:
+async def _aiokafka(bootstrap: str, topic: str, records: int, kafka_pid: int | None) -> str:
     try:
         from aiokafka import AIOKafkaProducer
     except ImportError:
@@ -116,7 +107,7 @@ async def _aiokafka(bootstrap: str, topic: str, records: int) -> str:
             await (await producer.send(topic, BODY))
             latencies.append(time.perf_counter() - due)
 
-        return await _paced("aio", records, send)
+        return await _paced("aio", records, send, kafka_pid)
     finally:
         await producer.stop()
 
@@ -125,13 +116,15 @@ async def _main(args: argparse.Namespace) -> None:
     config = KafkaConfig(bootstrap=args.bootstrap, namespace="probe-inloop")
     topic = config.topic("records")
     ensure_topics(config, {topic: (1, {})})
+    kafka_pid = _listener_pid(args.bootstrap)
     try:
         for _ in range(args.rounds):
             for mode in MODES:
                 if mode == "aio":
-                    line = await _aiokafka(args.bootstrap, topic, args.records)
+                    line = await _aiokafka(args.bootstrap, topic, args.records, kafka_pid)
                 else:
-                    line = await _librdkafka(config, topic, args.records, mode == "rd-loop")
+                    line = await _librdkafka(config, topic, args.records, mode == "rd-loop",
+                                             kafka_pid)
                 print(line, flush=True)
     finally:
         drop_namespace(config)  # the Kafka may be shared
