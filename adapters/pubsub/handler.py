@@ -295,13 +295,21 @@ class PubsubHandler:
 
     def _appended(self, batch: list[tuple[Publication, Ticket]],
                   results: list[Outcome]) -> None:
-        """Answer the publishers, then forward what Kafka acknowledged, from memory
-        (broker/delivery/cursor.py): no fetch of the journal between its `ok` and its
-        subscribers. A copy answered without a record of its own forwards nothing."""
-        for (_, done), result in zip(batch, results, strict=True):
-            # Appended and AlreadyDurable are both `ok` (durable); an error is the data's own.
-            done.settle(result if isinstance(result, Exception) else ())
-        self._forward_acked([pub for pub, _ in batch], results)
+        """Forward what Kafka acknowledged, from memory (broker/delivery/cursor.py): no fetch
+        of the journal between its `ok` and its subscribers; then answer the publishers. A
+        copy answered without a record of its own forwards nothing.
+
+        Subscribers first: the server writes each session once a turn, in the order the turn
+        reached them, and the publisher's `ok` written first woke the publisher, which took a
+        core from the broker before the subscriber's write. W2 at 1,000 msgs/s, three
+        alternated pairs (ops/bench/bench_peers): plain p50 1.21-1.22 ms answering first,
+        0.82-0.95 forwarding first. Whatever forwarding raises, every publisher is answered."""
+        try:
+            self._forward_acked([pub for pub, _ in batch], results)
+        finally:
+            for (_, done), result in zip(batch, results, strict=True):
+                # Appended and AlreadyDurable are both `ok` (durable); an error is the data's.
+                done.settle(result if isinstance(result, Exception) else ())
 
     def _forward_acked(self, pubs: Sequence[Publication], results: list[Outcome]) -> None:
         acked = [JournalEntry.of_publication(pub, r.source_seq, r.appended_at, r.position)

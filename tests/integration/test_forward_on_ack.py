@@ -48,3 +48,27 @@ async def _silenced(config: KafkaConfig, sequenced: bool) -> None:
 def test_subscribers_get_what_kafka_acknowledged_without_the_follower(
         kafka_config: KafkaConfig, sequenced: bool) -> None:
     asyncio.run(_silenced(kafka_config, sequenced))
+
+
+async def _forward_fails(config: KafkaConfig) -> None:
+    async with BrokerApp(config, robust=QUIET, sequenced=False) as app:
+        pub = await PubsubClient.connect("127.0.0.1", app.port, "pub@example.com")
+        await pub.create_topic("q.fails")
+        cursor = app.handler.cursor
+        acked = cursor.acked
+
+        def broken(entries: list[JournalEntry]) -> None:
+            raise RuntimeError("forwarding broke")
+
+        cursor.acked = broken  # type: ignore[method-assign]
+        # answered (durable) although forwarding it raised: the publisher is never left
+        # waiting on a subscriber's trouble
+        await asyncio.wait_for(pub.publish("q.fails", b"one"), 30)
+        cursor.acked = acked  # type: ignore[method-assign]
+        await asyncio.wait_for(pub.publish("q.fails", b"two"), 30)  # and it keeps serving
+        await pub.close()
+
+
+def test_a_publisher_is_answered_when_forwarding_its_message_fails(
+        kafka_config: KafkaConfig) -> None:
+    asyncio.run(_forward_fails(kafka_config))
