@@ -116,7 +116,8 @@ from broker._access_rules import (
 )
 from broker.codec import Codec, default_codec
 from broker.entitlements import EntitlementIndex, parse_token_set
-from broker.kafka_io import KafkaConfig, KafkaProducer
+from broker.kafka_io import KafkaConfig
+from broker.kafka_producer import KafkaProducer
 from broker.names import validate_topic
 from broker.records import AccessEffect, AccessEntry, AccessKind, now_ms
 from broker.registry import Registry

@@ -54,8 +54,9 @@ only ever slower without one: it starts at an earlier bucket); old ones are prun
 of each key always kept, by tombstones written with a round's states.
 
 The book is pure but for its port (`CheckpointPort`: write a record, read the checkpoints back,
-read a log partition's tail), whose Kafka implementation is `broker.kafka_io.KafkaCheckpoints`;
-tests drive it on an in-memory fake (tests/broker/test_checkpoints.py).
+read a log partition's tail), whose Kafka implementation is
+`broker.kafka_producer.KafkaCheckpoints`; tests drive it on an in-memory fake
+(tests/broker/test_checkpoints.py).
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ def parse_key(raw: bytes, parts: int = 1) -> tuple[str, int | None, int | None]:
 
 
 class CheckpointPort(Protocol):
-    """Where the book's records go and come from (Kafka: broker.kafka_io.KafkaCheckpoints)."""
+    """Where the book's records go and come from (Kafka: broker.kafka_producer.KafkaCheckpoints)."""
 
     def write(self, key: bytes, value: bytes | None, done: WriteDone) -> None:
         """Queue one checkpoint record; `done` runs once with its outcome. Raises

@@ -15,7 +15,8 @@ import structlog
 from broker.codec import Codec, default_codec
 from broker.holds import HeldData
 from broker.journal import Journal, RecoveryReport
-from broker.kafka_io import KafkaConfig, KafkaProducer, ReportLoop, ensure_topics
+from broker.kafka_io import KafkaConfig, ensure_topics
+from broker.kafka_producer import KafkaProducer, ReportLoop
 from broker.names import validate_topic
 from broker.records import AccessEntry, Subscription, Topic, now_ms
 from broker.registry import Registry

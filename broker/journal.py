@@ -66,15 +66,8 @@ import structlog
 from broker.checkpoints import CheckpointBook, Loaded
 from broker.codec import Codec, default_codec
 from broker.journal_writer import DataRecordWriter
-from broker.kafka_io import (
-    Delivery,
-    KafkaCheckpoints,
-    KafkaConfig,
-    KafkaProducer,
-    Position,
-    offset_for_time,
-    read_partition,
-)
+from broker.kafka_io import KafkaConfig, Position, offset_for_time, read_partition
+from broker.kafka_producer import Delivery, KafkaCheckpoints, KafkaProducer
 from broker.names import validate_topic
 from broker.recent import RecentJournal
 from broker.records import JournalEntry, Publication, RecordKind, gap_record, now_ms, to_ms

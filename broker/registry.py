@@ -28,12 +28,12 @@ from broker.codec import Codec
 from broker.kafka_io import (
     KAFKA_WAIT_S,
     KafkaConfig,
-    KafkaProducer,
     PartitionReader,
     StoredRecord,
     partition_count,
     read_partition,
 )
+from broker.kafka_producer import KafkaProducer
 
 __all__ = ["Registry"]
 

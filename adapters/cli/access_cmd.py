@@ -42,7 +42,8 @@ from broker.access import (
 )
 from broker.core import BrokerCore
 from broker.entitlements import parse_token_set
-from broker.kafka_io import KafkaConfig, KafkaProducer, ensure_topics, partition_count
+from broker.kafka_io import KafkaConfig, ensure_topics, partition_count
+from broker.kafka_producer import KafkaProducer
 from broker.records import AccessEffect, AccessEntry, AccessKind, now_ms
 from common.errors import (
     ApexpsError,

@@ -243,7 +243,7 @@ def _viewer_tokens(config: KafkaConfig, journal: Any, topic: str, viewer: str) -
     """The tokens the topic's messages carry that `viewer` may receive, decided by the live
     rule (AccessControl.token_allowed over the access registry as it is now)."""
     from broker.access import AccessControl, access_registry
-    from broker.kafka_io import KafkaProducer
+    from broker.kafka_producer import KafkaProducer
 
     producer = KafkaProducer(config)  # the registry's writer side; nothing is written
     try:

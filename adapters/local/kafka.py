@@ -38,7 +38,8 @@ from pathlib import Path
 import structlog
 
 from adapters.local.provision import OPS_DIR, resolve_jars
-from broker.kafka_io import answers, warm
+from broker.kafka_io import answers
+from broker.kafka_producer import warm
 
 __all__ = ["COLLECTORS", "DEFAULT_GC", "DEFAULT_HEAP", "KAFKA_POM", "KafkaLaunchError",
            "KafkaState", "LocalKafka"]
@@ -193,7 +194,7 @@ class LocalKafka:
     def start(self, timeout_s: float = DEFAULT_START_TIMEOUT_S, *,
               warm_up: bool = True) -> KafkaState:
         """Start Kafka (or return the one already running on this data dir) and wait for it
-        to answer and, with `warm_up`, to have served a warm-up load (`kafka_io.warm`)."""
+        to answer and, with `warm_up`, to have served a warm-up load (`kafka_producer.warm`)."""
         old = self.read_state()
         if old is not None and _alive(old.pid):
             if answers(old.bootstrap, timeout_s=10.0):

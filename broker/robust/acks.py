@@ -25,7 +25,8 @@ from typing import NamedTuple
 import structlog
 
 from broker.codec import Codec
-from broker.kafka_io import KafkaConfig, KafkaProducer, Position
+from broker.kafka_io import KafkaConfig, Position
+from broker.kafka_producer import KafkaProducer
 from broker.records import now_ms
 
 __all__ = ["ACK_FLUSH_S", "SCHEMA", "AckLog", "AckTag", "ack_key"]

@@ -35,7 +35,8 @@ import threading
 import structlog
 
 from broker.codec import Codec
-from broker.kafka_io import KafkaConfig, KafkaProducer, Position, read_partition
+from broker.kafka_io import KafkaConfig, Position, read_partition
+from broker.kafka_producer import KafkaProducer
 from broker.records import now_ms, to_ms
 from common.errors import JournalUnavailable
 

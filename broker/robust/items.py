@@ -101,13 +101,8 @@ from broker.checkpoints import CheckpointBook, Loaded, Phase, Round, Write, stat
 from broker.codec import Codec, default_codec
 from broker.flush import FlushPolicy
 from broker.journal import SCHEMA as JOURNAL_SCHEMA
-from broker.kafka_io import (
-    KafkaCheckpoints,
-    KafkaConfig,
-    KafkaProducer,
-    Position,
-    watermarks,
-)
+from broker.kafka_io import KafkaConfig, Position, watermarks
+from broker.kafka_producer import KafkaCheckpoints, KafkaProducer
 from broker.records import JournalEntry, PublishType, RecordKind, now_ms
 from broker.robust._item_rules import (
     DELTAS,

@@ -72,16 +72,8 @@ import structlog
 
 from broker.checkpoints import CheckpointBook, Loaded
 from broker.codec import Codec, default_codec
-from broker.kafka_io import (
-    Delivery,
-    KafkaCheckpoints,
-    KafkaConfig,
-    KafkaProducer,
-    Position,
-    offset_for_time,
-    partition_count,
-    read_partition,
-)
+from broker.kafka_io import KafkaConfig, Position, offset_for_time, partition_count, read_partition
+from broker.kafka_producer import Delivery, KafkaCheckpoints, KafkaProducer
 from broker.records import JournalEntry, now_ms, to_ms
 from broker.robust._link_writer import BATCH_SCHEMA, SCHEMA, LinkRecordWriter
 from broker.robust.config import DEFAULT_MAX_GAP

@@ -1,6 +1,6 @@
 """bench_peers's raw-Kafka system: the yardstick under apexps, what Kafka alone costs here.
 
-The publisher is the broker's own producer (`kafka_io.KafkaProducer`: idempotent, acks=all,
+The publisher is the broker's own producer (`kafka_producer.KafkaProducer`: idempotent, acks=all,
 linger 0, lz4, its delivery reports on a poll thread), each publication awaited on the event
 loop as the other systems' are; it is warmed first by one record to another topic, since a new
 idempotent producer waits 0.5-1 s for its producer id, which would otherwise land on W2's
@@ -18,7 +18,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from broker.kafka_io import KafkaConfig, KafkaProducer, Tail
+from broker.kafka_io import KafkaConfig, Tail
+from broker.kafka_producer import KafkaProducer
 
 __all__ = ["RawKafka"]
 

@@ -41,7 +41,8 @@ from confluent_kafka import Producer
 from broker.codec import default_codec
 from broker.core import BrokerCore
 from broker.journal_writer import DataRecordWriter
-from broker.kafka_io import KafkaConfig, ensure_topics, producer_conf
+from broker.kafka_io import KafkaConfig, ensure_topics
+from broker.kafka_producer import producer_conf
 from broker.records import Publication, now_ms
 
 PAYLOAD = 512

@@ -64,7 +64,8 @@ def _probe(bootstrap: str, count: int) -> list[str]:
     from confluent_kafka import Consumer, Producer
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-    from broker.kafka_io import KafkaConfig, producer_conf
+    from broker.kafka_io import KafkaConfig
+    from broker.kafka_producer import producer_conf
 
     topic = f"probe-{uuid.uuid4().hex[:8]}"
     began = time.perf_counter()
@@ -119,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--probe", type=int, default=200, help="produces timed after the start")
     ap.add_argument("--cold", action="store_true",
-                    help="skip LocalKafka's warm-up (kafka_io.warm): see what it saves")
+                    help="skip LocalKafka's warm-up (kafka_producer.warm): see what it saves")
     args = ap.parse_args(argv)
     for gc in args.collectors.split(","):
         with tempfile.TemporaryDirectory(prefix=f"apexps-gc-{gc}-") as data:

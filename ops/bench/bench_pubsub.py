@@ -288,7 +288,8 @@ def _raw(bootstrap: str, seconds: float, rate: int, kafka_pid: int | None = None
     reads every record (as many as the subscribers, for the fan-out comparison)."""
     from confluent_kafka import Consumer, Producer, TopicPartition
 
-    from broker.kafka_io import DEFAULT_LINGER_MS, KafkaConfig, ensure_topics
+    from broker.kafka_io import KafkaConfig, ensure_topics
+    from broker.kafka_producer import DEFAULT_LINGER_MS
 
     topic = f"rawbench{uuid.uuid4().hex[:8]}"
     ensure_topics(KafkaConfig(bootstrap=bootstrap), {topic: (1, {})})

@@ -31,7 +31,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from adapters.cli import loop as event_loop
-from broker.kafka_io import KafkaConfig, KafkaProducer, drop_namespace, ensure_topics
+from broker.kafka_io import KafkaConfig, drop_namespace, ensure_topics
+from broker.kafka_producer import KafkaProducer
 from ops.bench.bench_pubsub import _cpu_seconds, _listener_pid
 
 BODY = b"x" * 512

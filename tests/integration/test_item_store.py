@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from broker.core import BrokerCore
-from broker.kafka_io import KafkaConfig, KafkaProducer, ensure_topics, read_partition, watermarks
+from broker.kafka_io import KafkaConfig, ensure_topics, read_partition, watermarks
+from broker.kafka_producer import KafkaProducer
 from broker.records import JournalEntry, Publication, PublishType, RecordKind
 from broker.robust import items as items_module
 from broker.robust.items import ItemStore

@@ -11,7 +11,8 @@ from structlog.testing import capture_logs
 
 from broker.core import BrokerCore
 from broker.journal import Appended, Journal
-from broker.kafka_io import KafkaConfig, KafkaProducer, ensure_topics, watermarks
+from broker.kafka_io import KafkaConfig, ensure_topics, watermarks
+from broker.kafka_producer import KafkaProducer
 from broker.records import Publication, RecordKind
 from common.errors import InvalidParameter, InvalidTopicName, JournalUnavailable
 

@@ -23,7 +23,8 @@ from adapters.pubsub.handler import PubsubHandler
 from broker.access import AccessControl, access_registry
 from broker.core import BrokerCore
 from broker.entitlements import parse_token_set
-from broker.kafka_io import KafkaConfig, KafkaProducer, Position
+from broker.kafka_io import KafkaConfig, Position
+from broker.kafka_producer import KafkaProducer
 from broker.pubsub import PubsubService
 from broker.records import (
     AccessEffect,

@@ -15,14 +15,8 @@ from adapters.local.kafka import LocalKafka
 from broker.access import access_registry
 from broker.codec import default_codec
 from broker.core import BrokerCore
-from broker.kafka_io import (
-    KafkaConfig,
-    KafkaProducer,
-    PartitionReader,
-    ensure_topics,
-    read_partition,
-    watermarks,
-)
+from broker.kafka_io import KafkaConfig, PartitionReader, ensure_topics, read_partition, watermarks
+from broker.kafka_producer import KafkaProducer
 from broker.records import AccessEffect, AccessEntry, now_ms
 from broker.registry import Registry
 from common.errors import JournalUnavailable

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from broker.core import BrokerCore
-from broker.kafka_io import KafkaConfig, KafkaProducer
+from broker.kafka_io import KafkaConfig
+from broker.kafka_producer import KafkaProducer
 from broker.pubsub.ingest import ingest
 from broker.records import Publication, gap_record
 from broker.selectors import extract_fields

@@ -15,7 +15,8 @@ from adapters.cli.main import main
 from broker import selectors
 from broker.codec import default_codec
 from broker.core import BrokerCore
-from broker.kafka_io import KafkaConfig, KafkaProducer
+from broker.kafka_io import KafkaConfig
+from broker.kafka_producer import KafkaProducer
 from broker.records import Publication, gap_record
 from broker.spark.journal_reader import load_journal
 from broker.spark.replay import REPLAY_COLUMNS, replay

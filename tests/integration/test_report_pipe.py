@@ -17,7 +17,8 @@ from confluent_kafka import version as confluent_version
 
 from adapters.app import BrokerApp
 from adapters.client.pubsub_client import PubsubClient
-from broker.kafka_io import KafkaConfig, KafkaProducer, Position, ensure_topics
+from broker.kafka_io import KafkaConfig, Position, ensure_topics
+from broker.kafka_producer import KafkaProducer
 from broker.report_pipe import ReportPipe
 
 pytestmark = pytest.mark.kafka

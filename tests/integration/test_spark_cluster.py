@@ -16,7 +16,8 @@ import pytest
 from adapters.cli.main import main
 from broker.codec import MARKER
 from broker.core import BrokerCore
-from broker.kafka_io import KafkaConfig, KafkaProducer
+from broker.kafka_io import KafkaConfig
+from broker.kafka_producer import KafkaProducer
 from broker.records import Publication, PublishType
 from broker.spark.journal_reader import load_journal
 from tests.spark_cluster import SparkCluster, run_on_cluster

@@ -71,7 +71,7 @@ def _missing(sent: dict[tuple[str, int], bytes]) -> str:
 def test_undecodable_records_are_reported_not_fatal(kafka_config: KafkaConfig,
                                                     spark: Any) -> None:
     """A record with an unknown schema fingerprint shows up with decode_error set."""
-    from broker.kafka_io import KafkaProducer
+    from broker.kafka_producer import KafkaProducer
 
     core = BrokerCore(kafka_config)
     core.open()

@@ -12,7 +12,8 @@ import pytest
 
 from broker.codec import default_codec
 from broker.core import BrokerCore
-from broker.kafka_io import KafkaConfig, KafkaProducer, Position
+from broker.kafka_io import KafkaConfig, Position
+from broker.kafka_producer import KafkaProducer
 from broker.records import (
     AccessEffect,
     AccessEntry,
