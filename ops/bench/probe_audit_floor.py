@@ -46,12 +46,7 @@ from broker.kafka_io import KafkaConfig
 from broker.spark.journal_reader import decode_journal
 from broker.spark.readers import decode_links
 from broker.spark.source import kafka_source
-
-
-def _timed(run: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    run()
-    return time.perf_counter() - start
+from ops.bench.bench_spark_decode import _timed
 
 
 def main(argv: list[str] | None = None) -> int:
