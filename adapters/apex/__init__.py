@@ -1,7 +1,7 @@
 """APEX (RFC 3340) over BEEP, the relay's side: endpoint names, the profile's XML operations
 and the documents carried in them (`codec`, `endpoint`, `options`, `pubsub_codec`,
-`robust_codec`, `batch_codec`), the relay core (`relay`, `_party`) and the asyncio server shell
-around them (`server`).
+`robust_stamp`, `robust_codec`, `batch_codec`), the relay core (`relay`, `_party`) and the
+asyncio server shell around them (`server`).
 
 `endpoint`, `codec` and `relay` do no I/O; `server.py` shuttles bytes between sockets and
 `adapters.beep.BeepConnection`. The client library is `adapters.client`, the pubsub service's

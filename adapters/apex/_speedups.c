@@ -307,7 +307,7 @@ match_layout(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * built is either returned or released.
  */
 
-/* _robust_codec's MAX_BATCH_ITEMS, MAX_MESSAGE_ID_LEN and MAX_LONG (MAX_LINK_SEQ is
+/* _robust_syntax's MAX_BATCH_ITEMS, MAX_MESSAGE_ID_LEN and MAX_LONG (MAX_LINK_SEQ is
  * UINT64_MAX), and the {1,20} digits, [a-z]{1,16} publish type and {1,255} media type of
  * batch_oracle's patterns. */
 #define MAX_BATCH_ITEMS 4096

@@ -36,15 +36,8 @@ from common.errors import ParameterSyntaxError, SyntaxError_
 from common.xml_safe import UnsafeXml, checked_attributes, parse_hardened
 
 from .batch_fast import ItemFields, match_batch
-from .robust_codec import (
-    MAX_BATCH_ITEMS,
-    Heartbeat,
-    Stamp,
-    StampKind,
-    Withheld,
-    document_element,
-    stamp_element,
-)
+from .robust_codec import MAX_BATCH_ITEMS, Heartbeat, Withheld, document_element
+from .robust_stamp import Stamp, StampKind, stamp_element
 
 __all__ = [
     "BATCH_BYTES",

@@ -58,15 +58,9 @@ from broker.records import PublishType
 from broker.robust.linkid import validate_link_id
 from common.errors import ApexpsError
 
-from .robust_codec import (
-    MAX_LONG,
-    Heartbeat,
-    Stamp,
-    StampKind,
-    Withheld,
-    _source,
-    varied_stamp,
-)
+from ._robust_syntax import MAX_LONG, source_name
+from .robust_codec import Heartbeat, Withheld
+from .robust_stamp import Stamp, StampKind, varied_stamp
 
 __all__ = ["ItemFields", "match_batch"]
 
@@ -107,7 +101,7 @@ def _checked_proto(key: tuple[str | None, ...]) -> Stamp | None:
     try:
         return Stamp(link=validate_link_id(link), link_seq=1, kind=StampKind.DATA,
                       epoch=0 if epoch is None else _bounded(epoch, 0, MAX_LONG),
-                      source=_source(source), source_seq=1, publish_type=PublishType(ptype),
+                      source=source_name(source), source_seq=1, publish_type=PublishType(ptype),
                       topic=validate_topic(topic), token=token, refill=refill is not None,
                       snapshot=snapshot is not None)
     except (ApexpsError, ValueError):

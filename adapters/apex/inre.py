@@ -9,7 +9,7 @@ subscriptions the message satisfies, and says which in the recipient's InRe opti
 
 `mustUnderstand='false'`: a recipient that does not know InRe takes the data as before. In a
 `<batch>` (robust-binding §5.4) an item has no options of its own; its stamp's `inre`
-attribute carries the same ids (adapters/apex/robust_codec.py). Decoding uses the one hardened
+attribute carries the same ids (adapters/apex/robust_stamp.py). Decoding uses the one hardened
 parser; an InRe that does not fit is 501, as any option's content would be.
 """
 

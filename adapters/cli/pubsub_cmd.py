@@ -33,7 +33,7 @@ from typing import IO, Any
 import structlog
 
 from adapters.apex.pubsub_codec import message_schema_element, selector_schema_elements
-from adapters.apex.robust_codec import Stamp
+from adapters.apex.robust_stamp import Stamp
 from adapters.cli import loop as event_loop
 from adapters.cli.client_cmd import FOREVER, _common, add_reconnect_option, content_fields
 from adapters.cli.security import client_security

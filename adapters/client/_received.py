@@ -8,7 +8,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from adapters.apex.robust_codec import LinkReply, RobustDocument, Stamp
+from adapters.apex.robust_codec import LinkReply, RobustDocument
+from adapters.apex.robust_stamp import Stamp
 
 __all__ = ["Delivered", "Ended", "Inbox", "LinkEvent", "LinkListener", "LinkTraffic"]
 

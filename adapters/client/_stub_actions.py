@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from adapters.apex.batch_codec import DEFAULT_BATCH
-from adapters.apex.robust_codec import GapRequest, RepairRequest, SourcePosition, Stamp
+from adapters.apex.robust_codec import GapRequest, RepairRequest, SourcePosition
+from adapters.apex.robust_stamp import Stamp
 from broker.robust.linkid import validate_link_id
 from broker.robust.linkseq import LinkSeqSpace
 from common.errors import ParameterSyntaxError

@@ -67,19 +67,16 @@ from adapters.apex.robust_codec import (
     CapabilityQuery,
     GapRequest,
     LinkReply,
-    PublishMeta,
     PubStatus,
     PubStatusQuery,
     RepairRequest,
     RobustDocument,
     SnapshotRequest,
     SourcePosition,
-    Stamp,
     decode_robust,
     encode_robust,
-    find_stamp,
-    publish_option,
 )
+from adapters.apex.robust_stamp import PublishMeta, Stamp, find_stamp, publish_option
 from broker.events import Resource
 from broker.names import SERVICE
 from broker.records import PublishType

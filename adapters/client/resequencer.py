@@ -58,12 +58,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Literal
 
-from adapters.apex.robust_codec import (
-    LinkReply,
-    SourcePosition,
-    Stamp,
-    StampKind,
-)
+from adapters.apex.robust_codec import LinkReply, SourcePosition
+from adapters.apex.robust_stamp import Stamp, StampKind
 from broker.robust.config import DEFAULT_MAX_GAP
 from broker.robust.linkid import validate_link_id
 from broker.robust.linkseq import LinkSeqSpace

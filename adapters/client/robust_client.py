@@ -43,7 +43,8 @@ from dataclasses import dataclass
 
 import structlog
 
-from adapters.apex.robust_codec import GapRequest, LinkReply, RepairRequest, Stamp
+from adapters.apex.robust_codec import GapRequest, LinkReply, RepairRequest
+from adapters.apex.robust_stamp import Stamp
 from common.errors import ApexpsError, ConfigError, InvalidParameter, ServiceNotAvailable
 
 from .positions_file import PositionsFile

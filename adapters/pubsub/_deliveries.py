@@ -29,18 +29,14 @@ from adapters.apex.batch_codec import (
 from adapters.apex.codec import BEEP_XML, Data, Option, TargetHop, plain_data
 from adapters.apex.endpoint import Endpoint
 from adapters.apex.inre import in_re_option
-from adapters.apex.robust_codec import (
+from adapters.apex.robust_codec import Heartbeat, LinkReset, RobustDocument, Withheld, encode_robust
+from adapters.apex.robust_stamp import (
     STAMP_OPTION,
-    Heartbeat,
-    LinkReset,
-    RobustDocument,
     Stamp,
     StampKind,
-    Withheld,
     data_stamp_link,
     data_stamp_message,
     data_stamp_xml,
-    encode_robust,
     encode_stamp,
     stamp_option,
 )

@@ -68,13 +68,12 @@ from adapters.apex.pubsub_codec import (
 from adapters.apex.relay import ServiceResult
 from adapters.apex.robust_codec import (
     ROBUST_ELEMENTS,
-    PublishMeta,
     PubStatus,
     PubStatusQuery,
     decode_robust,
     encode_robust,
-    find_publish_meta,
 )
+from adapters.apex.robust_stamp import PublishMeta, find_publish_meta
 from adapters.apex.ticket import Ticket
 from broker.delivery.cursor import ForwardCursor
 from broker.events import APP_EVENT_OPTION, WatchTable

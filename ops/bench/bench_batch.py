@@ -25,7 +25,7 @@ from adapters.apex.batch_codec import (
     batch_data_item,
 )
 from adapters.apex.batch_fast import match_batch
-from adapters.apex.robust_codec import data_stamp_xml
+from adapters.apex.robust_stamp import data_stamp_xml
 from ops.bench._timing import micros
 
 LINK = "s3@bench.example"

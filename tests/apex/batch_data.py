@@ -9,16 +9,8 @@ import re
 from hypothesis import strategies as st
 
 from adapters.apex.batch_codec import BatchPacker, batch_data_item, batch_item
-from adapters.apex.robust_codec import (
-    MAX_BATCH_ITEMS,
-    Heartbeat,
-    Stamp,
-    StampKind,
-    Withheld,
-    data_stamp_xml,
-    encode_robust,
-    encode_stamp,
-)
+from adapters.apex.robust_codec import MAX_BATCH_ITEMS, Heartbeat, Withheld, encode_robust
+from adapters.apex.robust_stamp import Stamp, StampKind, data_stamp_xml, encode_stamp
 from broker.records import PublishType
 from common.errors import ApexpsError
 from tests.apex.canonical_data import endpoints, plain_endpoints

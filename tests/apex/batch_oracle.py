@@ -22,10 +22,8 @@ from adapters.apex.robust_codec import (
     MAX_LONG,
     MAX_MESSAGE_ID_LEN,
     Heartbeat,
-    Stamp,
-    StampKind,
-    varied_stamp,
 )
+from adapters.apex.robust_stamp import Stamp, StampKind, varied_stamp
 from common.errors import ApexpsError
 
 __all__ = ["match_batch_python"]

@@ -20,16 +20,8 @@ from adapters.apex.batch_codec import (
     batch_item,
     decode_batch,
 )
-from adapters.apex.robust_codec import (
-    MAX_BATCH_ITEMS,
-    Heartbeat,
-    Stamp,
-    StampKind,
-    Withheld,
-    data_stamp_xml,
-    encode_robust,
-    encode_stamp,
-)
+from adapters.apex.robust_codec import MAX_BATCH_ITEMS, Heartbeat, Withheld, encode_robust
+from adapters.apex.robust_stamp import Stamp, StampKind, data_stamp_xml, encode_stamp
 from broker.records import PublishType
 from common.errors import ApexpsError, InvalidParameter, ParameterSyntaxError, SyntaxError_
 

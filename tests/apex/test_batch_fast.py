@@ -22,7 +22,8 @@ from adapters.apex.batch_codec import (
     decode_batch,
 )
 from adapters.apex.batch_fast import match_batch
-from adapters.apex.robust_codec import MAX_BATCH_ITEMS, data_stamp_xml
+from adapters.apex.robust_codec import MAX_BATCH_ITEMS
+from adapters.apex.robust_stamp import data_stamp_xml
 from common.errors import ApexpsError
 from tests.apex.batch_data import HAND_MADE_ITEM as _ITEM
 from tests.apex.batch_data import LINK, batches, mutated_batches, near_layout_batches

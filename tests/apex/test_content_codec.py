@@ -10,7 +10,7 @@ from adapters.apex.batch_codec import batch_items
 from adapters.apex.codec import Option
 from adapters.apex.inre import IN_RE_OPTION, decode_in_re, find_in_re, in_re_option
 from adapters.apex.pubsub_codec import Cancel, Reply, Subscribe, decode_pubsub, encode_pubsub
-from adapters.apex.robust_codec import Stamp, data_stamp_xml, encode_stamp, stamp_element
+from adapters.apex.robust_stamp import Stamp, data_stamp_xml, encode_stamp, stamp_element
 from common.errors import ApexpsError, ParameterSyntaxError
 from common.xml_safe import parse_hardened
 

@@ -16,14 +16,16 @@ from adapters.apex.endpoint import Endpoint
 from adapters.apex.pubsub_codec import Subscribe, decode_pubsub, encode_pubsub
 from adapters.apex.robust_codec import (
     ROBUST_ELEMENTS,
-    STAMP_OPTION,
     SnapshotRequest,
+    decode_robust,
+    encode_robust,
+)
+from adapters.apex.robust_stamp import (
+    STAMP_OPTION,
     Stamp,
     StampKind,
     data_stamp_xml,
-    decode_robust,
     decode_stamp,
-    encode_robust,
     encode_stamp,
     stamp_option,
 )

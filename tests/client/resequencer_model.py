@@ -12,13 +12,8 @@ import dataclasses
 from collections import defaultdict, deque
 from dataclasses import dataclass
 
-from adapters.apex.robust_codec import (
-    GapRequest,
-    LinkReply,
-    RepairRequest,
-    Stamp,
-    StampKind,
-)
+from adapters.apex.robust_codec import GapRequest, LinkReply, RepairRequest
+from adapters.apex.robust_stamp import Stamp, StampKind
 from broker.records import PublishType
 from broker.robust.linkseq import LinkSeqSpace
 from common.errors import ApexpsError

@@ -7,13 +7,8 @@ from __future__ import annotations
 import pytest
 
 from adapters.apex.batch_codec import DEFAULT_BATCH
-from adapters.apex.robust_codec import (
-    GapRequest,
-    LinkReply,
-    SourcePosition,
-    Stamp,
-    StampKind,
-)
+from adapters.apex.robust_codec import GapRequest, LinkReply, SourcePosition
+from adapters.apex.robust_stamp import Stamp, StampKind
 from adapters.client.resequencer import (
     Action,
     Delayed,

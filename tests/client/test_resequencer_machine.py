@@ -11,7 +11,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from adapters.apex.robust_codec import LinkReply, Stamp, StampKind
+from adapters.apex.robust_codec import LinkReply
+from adapters.apex.robust_stamp import Stamp, StampKind
 from adapters.client.resequencer import (
     Action,
     Deliver,

@@ -4,7 +4,8 @@ the frontier's journal time."""
 
 from __future__ import annotations
 
-from adapters.apex.robust_codec import LinkReply, SourcePosition, Stamp, StampKind
+from adapters.apex.robust_codec import LinkReply, SourcePosition
+from adapters.apex.robust_stamp import Stamp, StampKind
 from adapters.client.resequencer import Deliver, RequestGap, RequestRepair, Resequencer
 from broker.records import PublishType
 

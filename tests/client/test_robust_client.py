@@ -23,12 +23,10 @@ from adapters.apex.robust_codec import (
     GapRequest,
     Heartbeat,
     LinkReply,
-    Stamp,
-    StampKind,
     decode_robust,
     encode_robust,
-    stamp_option,
 )
+from adapters.apex.robust_stamp import Stamp, StampKind, stamp_option
 from adapters.client.pubsub_client import Delivered, LinkEvent, LinkTraffic, PubsubClient
 from adapters.client.reconnect import (
     ConnectionEvent,

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from adapters.apex.robust_codec import Stamp
+from adapters.apex.robust_stamp import Stamp
 from adapters.client.pubsub_client import Delivered, LinkListener, LinkTraffic
 from adapters.client.robust_client import Message
 from adapters.gateway._api import ReplayBuffer, SubscribeRequest

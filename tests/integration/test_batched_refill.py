@@ -12,7 +12,7 @@ import pytest
 
 from adapters.apex.batch_codec import BATCH_ITEM_CONTENT, decode_batch
 from adapters.apex.codec import Data
-from adapters.apex.robust_codec import StampKind, find_stamp
+from adapters.apex.robust_stamp import StampKind, find_stamp
 from adapters.app import BrokerApp
 from adapters.client.client import ApexClient
 from adapters.client.pubsub_client import Delivered, Ended, LinkEvent, PubsubClient

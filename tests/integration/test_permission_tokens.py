@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from adapters.apex.codec import Data
-from adapters.apex.robust_codec import StampKind, Withheld
+from adapters.apex.robust_codec import Withheld
+from adapters.apex.robust_stamp import StampKind
 from adapters.app import BrokerApp
 from adapters.client.pubsub_client import Delivered, Ended, LinkEvent, PubsubClient
 from adapters.client.resequencer import Action, Deliver, Resequencer

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from adapters.apex.codec import Option
-from adapters.apex.robust_codec import PUBLISH_OPTION
+from adapters.apex.robust_stamp import PUBLISH_OPTION
 from adapters.app import BrokerApp
 from adapters.client.pubsub_client import Delivered, PubsubClient
 from broker.kafka_io import KafkaConfig

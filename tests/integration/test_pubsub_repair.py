@@ -27,12 +27,10 @@ from adapters.apex.robust_codec import (
     RepairRequest,
     RobustDocument,
     SourcePosition,
-    Stamp,
-    StampKind,
     decode_robust,
     encode_robust,
-    find_stamp,
 )
+from adapters.apex.robust_stamp import Stamp, StampKind, find_stamp
 from adapters.app import BrokerApp
 from adapters.client.client import ApexClient
 from adapters.client.pubsub_client import PubsubClient
