@@ -295,8 +295,8 @@ class PubsubHandler:
     def _appended(self, batch: list[tuple[Publication, Ticket]],
                   results: list[Outcome]) -> None:
         """Forward what Kafka acknowledged, from memory (broker/delivery/cursor.py): no fetch
-        of the journal between its `ok` and its subscribers; then answer the publishers. A
-        copy answered without a record of its own forwards nothing.
+        of the journal between Kafka's acknowledgement and the subscribers; then answer the
+        publishers. A copy answered without a record of its own forwards nothing.
 
         Subscribers first: the server writes each session once a turn, in the order the turn
         reached them, and the publisher's `ok` written first woke the publisher, which took a
