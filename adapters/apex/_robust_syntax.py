@@ -21,9 +21,7 @@ from common.xml_safe import UnsafeXml, checked_attributes, parse_hardened
 from .endpoint import Endpoint
 
 __all__ = [
-    "DIGITS",
     "MAX_BATCH_ITEMS",
-    "MAX_DIGITS",
     "MAX_IN_RE",
     "MAX_LINK_SEQ",
     "MAX_LONG",
@@ -36,8 +34,6 @@ __all__ = [
     "MAX_TOKEN_LEN",
     "MAX_TRANS_ID",
     "NAME",
-    "NO_CONTROL",
-    "SIGNED",
     "SUBSCRIPTION_ID",
     "XML_LANG",
     "attr",
@@ -97,16 +93,16 @@ MAX_SELECTOR_CLASSES = 64
 MAX_BATCH_ITEMS = 4096
 
 
-DIGITS = re.compile(r"[0-9]+")
+_DIGITS = re.compile(r"[0-9]+")
 
 
-SIGNED = re.compile(r"-?[0-9]+")
+_SIGNED = re.compile(r"-?[0-9]+")
 
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+-]{0,63}")
 
 
-NO_CONTROL = re.compile(r"[^\x00-\x1f\x7f]+")
+_NO_CONTROL = re.compile(r"[^\x00-\x1f\x7f]+")
 
 
 #: A subscription id as a stamp's inre names it (the service's numbers; a topic name for a
@@ -122,7 +118,7 @@ XML_LANG = "{http://www.w3.org/XML/1998/namespace}lang"
 
 
 #: Digits beyond this are absurd for any number here; never build a huge int from them.
-MAX_DIGITS = 40
+_MAX_DIGITS = 40
 
 
 def bad(what: str) -> ParameterSyntaxError:
@@ -136,7 +132,7 @@ def check_int(value: int, what: str, low: int, high: int) -> None:
 
 def check_text(value: str, what: str, limit: int) -> None:
     if not isinstance(value, str) or not 0 < len(value) <= limit \
-            or not NO_CONTROL.fullmatch(value):
+            or not _NO_CONTROL.fullmatch(value):
         raise InvalidParameter(f"{what} has 1..{limit} characters and no control characters")
 
 
@@ -156,7 +152,7 @@ def empty_element(elem: etree._Element) -> None:
 
 def decimal(value: str, what: str, low: int = 0, high: int = MAX_LONG) -> int:
     """A decimal without sign or spaces in low..high, else 501."""
-    if not DIGITS.fullmatch(value) or len(value) > MAX_DIGITS:
+    if not _DIGITS.fullmatch(value) or len(value) > _MAX_DIGITS:
         raise bad(f"{what} {value[:24]!r} is not an unsigned decimal number")
     number = int(value)
     if not low <= number <= high:
@@ -166,11 +162,11 @@ def decimal(value: str, what: str, low: int = 0, high: int = MAX_LONG) -> int:
 
 def linkseq(value: str, what: str) -> int:
     """A link seq: a decimal, else 501; negative or beyond 64 bits, 553 (a bad range)."""
-    if not SIGNED.fullmatch(value):
+    if not _SIGNED.fullmatch(value):
         raise bad(f"{what} {value[:24]!r} is not a number")
     if value.startswith("-"):
         raise BadGapRange(f"{what} {value[:24]} is negative")
-    if len(value) > MAX_DIGITS or int(value) > MAX_LINK_SEQ:
+    if len(value) > _MAX_DIGITS or int(value) > MAX_LINK_SEQ:
         raise BadGapRange(f"{what} {value[:24]}… is beyond any link seq resolution")
     return int(value)
 
