@@ -63,7 +63,7 @@ import functools
 import inspect
 import itertools
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple, Protocol
@@ -567,7 +567,7 @@ class Relay:
                                        None, received)
                 if isinstance(result, list):
                     out += result
-                elif isinstance(result, Coroutine):  # also a compiled one (common.compiled)
+                elif inspect.iscoroutine(result):
                     result.close()  # never started; held data's write runs on regardless
         return out + self._drain_reports()
 

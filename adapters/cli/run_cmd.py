@@ -21,7 +21,6 @@ from adapters.cli.security import add_server_options, server_security
 from broker.events import ExpiresPolicy, ImplicitPolicy, WatchTable
 from broker.kafka_io import KafkaConfig
 from broker.robust.config import RobustConfig
-from common import compiled
 from common.errors import ConfigError
 
 log = structlog.get_logger(__name__)
@@ -39,18 +38,6 @@ def report_accelerators() -> str:
     elif missing:
         log.info("compiled accelerators switched off by APEXPS_PURE_PYTHON", missing=missing)
     return f"{len(active) - len(missing)}/{len(active)}"
-
-
-def report_message_path() -> str:
-    """How many modules of the message path this process imported as their Cython build
-    (`common.compiled`), as "N/M". Those it imported as source run correctly, slower; where a
-    build exists but is stale (an edited source), say how to rebuild."""
-    loaded = compiled.loaded()
-    source = sorted(name for name, built in loaded.items() if not built)
-    if source and os.environ.get("APEXPS_PURE_PYTHON", "") in ("", "0"):
-        log.warning("message path partly in pure Python: it runs, slower", source=source,
-                    fix="bash ops/bootstrap (or .venv/bin/python -m ops.compile) rebuilds it")
-    return f"{len(loaded) - len(source)}/{len(loaded)}"
 
 
 def _config(args: argparse.Namespace, bootstrap: str) -> KafkaConfig:
@@ -120,8 +107,7 @@ async def _serve_async(args: argparse.Namespace, config: KafkaConfig,
         log.info("broker ready; Ctrl-C stops it", bootstrap=config.bootstrap,
                  listen=f"{app.host}:{app.port}", domain=app.domain,
                  journal_sources=app.report.journal.sources, topics=app.report.topics,
-                 subscriptions=app.report.subscriptions, compiled=report_accelerators(),
-                 message_path=report_message_path())
+                 subscriptions=app.report.subscriptions, compiled=report_accelerators())
         await stop.wait()
     finally:
         log.info("broker stopping")

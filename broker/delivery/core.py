@@ -508,8 +508,7 @@ class DeliveryCore:
         wants = self._routes.wants
         result = [e for e in result if wants(job.link, e)]
         times = [e.appended_at for e in result] + [e.appended_at for _, e in run.held]
-        times.append(self._wall())
-        run.reset = RepairReset(job.trans_id, min(times))
+        run.reset = RepairReset(job.trans_id, min([self._wall(), *times]))
         run.chunks = [result[i:i + REPAIR_CHUNK]
                       for i in range(0, len(result), REPAIR_CHUNK)] or [[]]
         self._repair_step(run)
