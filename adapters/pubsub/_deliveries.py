@@ -44,7 +44,7 @@ from broker.delivery import Outgoing, RepairReset, Send
 from broker.names import DEFAULT_HOPS, SERVICE
 from broker.records import JournalEntry
 from broker.robust.acks import AckTag
-from broker.robust.links import LinkKind, LinkRecord
+from broker.robust.link_records import LinkKind, LinkRecord
 
 __all__ = ["InRe", "Renderer", "SendData"]
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from broker.records import JournalEntry
-from broker.robust.links import LinkRecord
+from broker.robust.link_records import LinkRecord
 from common.errors import ApexpsError
 
 __all__ = ["Action", "Durable", "Emit", "Outgoing", "RepairAnswer", "RepairJob", "RepairReset",

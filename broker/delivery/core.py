@@ -77,7 +77,7 @@ import structlog
 
 from broker.kafka_io import Position
 from broker.records import JournalEntry, now_ms
-from broker.robust.links import LinkItem, LinkKind, LinkRecord
+from broker.robust.link_records import LinkItem, LinkKind, LinkRecord
 from common.errors import ApexpsError, JournalUnavailable
 
 from .actions import Durable, Emit, Outgoing, RepairAnswer, RepairJob, RepairReset, Send

@@ -22,7 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from broker.records import JournalEntry
-from broker.robust.links import LinkBatchCallback, LinkHead, LinkItem, LinkRecord
+from broker.robust.link_records import LinkHead, LinkItem, LinkRecord
+from broker.robust.links import LinkBatchCallback
 from common.errors import ApexpsError
 
 __all__ = ["CatchUpDone", "CatchUpReader", "Clock", "Defer", "LinkLogPort", "Routes", "WallClock"]

@@ -18,15 +18,13 @@ tests hold the two to the same bytes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from broker import speedups
 from broker.avro_bytes import NULL, ONE_BYTE, PRESENT, Slow, avro_long, avro_string
 from broker.codec import MARKER, Codec
 from broker.kafka_io import Position
-
-if TYPE_CHECKING:  # links.py imports this module
-    from broker.robust.links import LinkRecord
+from broker.robust.link_records import LinkRecord
 
 __all__ = ["BATCH_SCHEMA", "SCHEMA", "LinkRecordWriter"]
 
@@ -63,8 +61,6 @@ class LinkRecordWriter:
     def __init__(self, codec: Codec, *, compiled: bool = True) -> None:
         """`compiled`: use the C twin where it is built (False: the Python writer alone, which
         the tests compare it with)."""
-        from broker.robust.links import LinkRecord  # links.py imports this module
-
         self._codec = codec
         self._bodies = _link_bodies if compiled else None
         self._types = (LinkRecord, Position)

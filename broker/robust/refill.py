@@ -21,7 +21,8 @@ from broker.journal import SCHEMA as JOURNAL_SCHEMA
 from broker.journal import Journal
 from broker.kafka_io import Position, read_partition
 from broker.records import JournalEntry
-from broker.robust.links import LinkKind, LinkLog, LinkRecord
+from broker.robust.link_records import LinkKind, LinkRecord
+from broker.robust.links import LinkLog
 from common.errors import LinkContextGone
 
 __all__ = ["RUN_SPREAD", "Refilled", "journal_entries", "refill", "refill_chunks"]

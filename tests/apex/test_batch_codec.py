@@ -178,7 +178,7 @@ def test_the_fanouts_item_equals_the_one_built_whole(
     from adapters.pubsub._deliveries import _batch_data_item
     from broker.kafka_io import Position
     from broker.records import JournalEntry, RecordKind
-    from broker.robust.links import LinkKind, LinkRecord
+    from broker.robust.link_records import LinkKind, LinkRecord
 
     entry = JournalEntry(Position(0, 7), RecordKind.DATA, topic, source, source_seq, None, None,
                          ptype, None, message_id, None, None, None, token, content_type,
@@ -200,7 +200,7 @@ def test_a_stale_slot_under_a_reused_id_is_not_taken() -> None:
     from adapters.pubsub import _deliveries
     from broker.kafka_io import Position
     from broker.records import JournalEntry, RecordKind
-    from broker.robust.links import LinkKind, LinkRecord
+    from broker.robust.link_records import LinkKind, LinkRecord
 
     def entry(content: bytes) -> JournalEntry:
         return JournalEntry(Position(0, 7), RecordKind.DATA, "t", "s", 1, None, None,

@@ -14,7 +14,7 @@ from broker.codec import default_codec
 from broker.kafka_io import Position
 from broker.robust import _link_writer
 from broker.robust._link_writer import BATCH_SCHEMA, SCHEMA, LinkRecordWriter
-from broker.robust.links import LinkKind, LinkRecord
+from broker.robust.link_records import LinkKind, LinkRecord
 from common.errors import RecordSchemaError
 
 longs = st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)

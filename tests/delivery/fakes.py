@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from broker.delivery import Action, CatchUpDone, RepairAnswer, Send
 from broker.kafka_io import Position
 from broker.records import JournalEntry, PublishType, RecordKind
-from broker.robust.links import LinkBatchCallback, LinkHead, LinkItem, LinkKind, LinkRecord
+from broker.robust.link_records import LinkHead, LinkItem, LinkKind, LinkRecord
+from broker.robust.links import LinkBatchCallback
 from common.errors import ApexpsError, JournalUnavailable
 
 

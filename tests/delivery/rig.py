@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from broker.delivery import DeliveryCore, RepairReset, Send
 from broker.kafka_io import Position
 from broker.records import JournalEntry
-from broker.robust.links import LinkKind, LinkRecord
+from broker.robust.link_records import LinkKind, LinkRecord
 from tests.delivery.fakes import Deferred, FakeCatchUp, FakeLinkLog, FakeRoutes, Wire, entry
 
 HEARTBEAT_S = 5.0

@@ -4,7 +4,7 @@ the fan-out mark, failed appends, holds during repair, heartbeats, snapshots, wi
 from __future__ import annotations
 
 from broker.delivery import APPENDS_IN_FLIGHT, GATHER_LIMIT, Durable, RepairJob, Send
-from broker.robust.links import LinkKind
+from broker.robust.link_records import LinkKind
 from common.errors import RebuildRefused
 from tests.delivery.rig import HEARTBEAT_S, Rig, check_all, repair_resets
 

@@ -16,7 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from broker.delivery import RepairJob
 from broker.delivery import core as core_module
 from broker.records import JournalEntry
-from broker.robust.links import LinkKind
+from broker.robust.link_records import LinkKind
 from common.errors import RebuildRefused
 from tests.delivery.rig import Rig, check_all
 

@@ -13,7 +13,7 @@ import threading
 
 from broker.core import BrokerCore
 from broker.kafka_io import KafkaConfig, Position
-from broker.robust.links import LinkItem, LinkKind, LinkRecord
+from broker.robust.link_records import LinkItem, LinkKind, LinkRecord
 from common.errors import JournalUnavailable
 
 BATCH = 50

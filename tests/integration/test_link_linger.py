@@ -14,7 +14,7 @@ import pytest
 from broker.core import BrokerCore
 from broker.kafka_io import KafkaConfig, Position
 from broker.records import Publication
-from broker.robust.links import LinkItem, LinkKind
+from broker.robust.link_records import LinkItem, LinkKind
 
 pytestmark = pytest.mark.kafka
 

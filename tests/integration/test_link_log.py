@@ -18,7 +18,8 @@ from broker.core import BrokerCore
 from broker.kafka_io import KafkaConfig, Position
 from broker.records import Publication, PublishType
 from broker.robust.config import RobustConfig
-from broker.robust.links import LinkItem, LinkKind, LinkLog, LinkRecord
+from broker.robust.link_records import LinkItem, LinkKind, LinkRecord
+from broker.robust.links import LinkLog
 from broker.robust.refill import refill
 from common.errors import (
     BadGapRange,

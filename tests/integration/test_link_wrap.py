@@ -18,7 +18,7 @@ from adapters.client.pubsub_client import Delivered, PubsubClient
 from broker.core import BrokerCore
 from broker.kafka_io import KafkaConfig
 from broker.robust.config import RobustConfig
-from broker.robust.links import LinkItem
+from broker.robust.link_records import LinkItem
 from common.errors import InvalidParameter
 
 pytestmark = pytest.mark.kafka

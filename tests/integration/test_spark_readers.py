@@ -26,7 +26,7 @@ from broker.records import (
     gap_record,
 )
 from broker.robust.acks import AckTag
-from broker.robust.links import LinkItem, LinkKind
+from broker.robust.link_records import LinkItem, LinkKind
 from broker.spark.journal_reader import JOURNAL_COLUMNS, decode_journal, load_journal
 from broker.spark.readers import (
     LINK_COLUMNS,
