@@ -157,6 +157,8 @@ class KafkaProducer:
         self._polled = threading.Event()
         #: set while the loop's thread waits for Kafka: the parked poll thread serves meanwhile
         self._rescue = threading.Event()
+        #: set while the poll thread is parked: it serves no report until rescued or stalled
+        self._parked = threading.Event()
         self._after_poll: list[Callable[[], None]] = []
         self._loop: ReportLoop | None = None
         self._loop_thread: int | None = None
@@ -200,6 +202,9 @@ class KafkaProducer:
             return False
         self._loop, self._loop_thread = loop, threading.get_ident()
         self._served_at, self._pipe = time.monotonic(), pipe
+        # The poll thread may be inside a poll (up to its 50 ms), serving whatever report comes
+        # meanwhile on its own thread: "from now on" starts once it has parked. Once, at start.
+        self._parked.wait(REPORT_STALL_S)
         loop.add_reader(pipe.fd, self._serve)
         self._tick = loop.call_later(REPORT_TICK_S, self._on_tick)
         self._serve()  # whatever the poll thread left
@@ -234,10 +239,12 @@ class KafkaProducer:
         while not self._closed.is_set():
             if self._pipe is not None and not self._rescue.is_set() \
                     and time.monotonic() - self._served_at < REPORT_STALL_S:
+                self._parked.set()
                 self._rescue.wait(REPORT_STALL_S / 2)
                 continue
             # No loop serves (none took over, or it is blocked: a wait for Kafka on its
             # thread that no `produce_sync` announced): serve here, as before it took over.
+            self._parked.clear()
             self._poll(0.05)
 
     def _waiting_thread_is_the_loop(self) -> bool:
