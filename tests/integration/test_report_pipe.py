@@ -1,6 +1,7 @@
 """Delivery reports served on the event loop (broker/report_pipe.py, `KafkaProducer.
 serve_reports_on`), against the real Kafka: the report's callback runs on the loop's thread,
-woken by librdkafka's pipe rather than by a poll thread; a wait for Kafka on the loop's own
+woken by librdkafka's pipe rather than by a poll thread, from the first report after the
+take-over; a wait for Kafka on the loop's own
 thread (`produce_sync`, or a wait nothing announced) still ends, served by the parked poll
 thread; a broker serves its journal's reports on its loop; and a handle that is not the
 producer the pipe was asked for is refused, not used."""
@@ -57,6 +58,37 @@ def test_reports_run_on_the_loop_thread_woken_by_the_pipe(kafka_config: KafkaCon
     seen = asyncio.run(main())
     assert {who for who, _ in seen} == {threading.get_ident()}
     assert [pos.offset for _, pos in seen] == sorted(pos.offset for _, pos in seen)  # type: ignore[union-attr]
+
+
+def test_the_first_report_after_the_take_over_runs_on_the_loop(kafka_config: KafkaConfig) -> None:
+    """Until `serve_reports_on`, the poll thread serves, 50 ms a poll; one it is inside when
+    the loop takes over would serve a report that comes meanwhile on its own thread. So the
+    take-over returns once that thread has parked, and a record produced at once is reported
+    on the loop. Ten producers, each warmed so that Kafka answers well within one poll."""
+    topic = _topic(kafka_config)
+
+    async def main() -> set[int]:
+        loop = asyncio.get_running_loop()
+        threads: set[int] = set()
+        for _ in range(10):
+            producer = KafkaProducer(kafka_config)
+            try:
+                producer.produce_sync(topic, None, b"warm")  # served by the poll thread
+                assert producer.serve_reports_on(loop)
+                reported: asyncio.Future[None] = loop.create_future()
+
+                def report(err: Exception | None, pos: Position | None,
+                           reported: asyncio.Future[None] = reported) -> None:
+                    threads.add(threading.get_ident())
+                    loop.call_soon_threadsafe(reported.set_result, None)
+
+                producer.produce(topic, None, b"first", report)
+                await asyncio.wait_for(reported, 30)
+            finally:
+                producer.close()
+        return threads
+
+    assert asyncio.run(main()) == {threading.get_ident()}
 
 
 def test_a_wait_for_kafka_on_the_loop_thread_still_ends(kafka_config: KafkaConfig) -> None:
