@@ -1,10 +1,10 @@
 """Delivery reports served on the event loop (broker/report_pipe.py, `KafkaProducer.
 serve_reports_on`), against the real Kafka: the report's callback runs on the loop's thread,
 woken by librdkafka's pipe rather than by a poll thread, from the first report after the
-take-over; a wait for Kafka on the loop's own
-thread (`produce_sync`, or a wait nothing announced) still ends, served by the parked poll
-thread; a broker serves its journal's reports on its loop; and a handle that is not the
-producer the pipe was asked for is refused, not used."""
+take-over; a wait for Kafka on the loop's own thread (`produce_sync`, or a wait nothing
+announced) still ends, served by the parked poll thread; a broker serves its journal's reports
+on its loop; and a handle that is not the producer the pipe was asked for is refused, not
+used."""
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ offset and by Kafka timestamp."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -279,17 +280,20 @@ def test_window_selects_by_kafka_timestamp_and_by_offset(kafka_config: KafkaConf
     core.close()
     producer = Producer({"bootstrap.servers": kafka_config.bootstrap})
     topic = kafka_config.topic("journal")
+    # Stamped an hour ago, on a whole second: T0 is older than the journal's retention, and
+    # Kafka's retention check (every five minutes) deletes such records whenever it runs.
+    stamp0 = (int(time.time()) - 3600) * 1000
     for i in range(12):
         value = codec.encode("journal_record", {
             **gap_record("w@example.com", "t", i + 1, i + 1, "r"), "appended_at": T0})
-        producer.produce(topic, value, b"w", partition=i % 3, timestamp=T0 + 1000 * i)
+        producer.produce(topic, value, b"w", partition=i % 3, timestamp=stamp0 + 1000 * i)
     assert producer.flush(30) == 0
 
     def seqs(**window: Any) -> list[int]:
         df = load_journal(spark, kafka_config, **window)
         return sorted(r["source_seq"] for r in df.select("source_seq").collect())
 
-    at = datetime.fromtimestamp(T0 / 1000, UTC)
+    at = datetime.fromtimestamp(stamp0 / 1000, UTC)
     assert seqs(start=at + timedelta(seconds=3), end=at + timedelta(seconds=8)) == [4, 5, 6, 7, 8]
     assert seqs(start=at + timedelta(seconds=10)) == [11, 12]
     assert seqs(end=at + timedelta(seconds=2)) == [1, 2]
