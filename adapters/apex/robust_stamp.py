@@ -72,6 +72,8 @@ __all__ = [
     "encode_stamp",
     "find_publish_meta",
     "find_stamp",
+    "publish_element",
+    "publish_meta_element",
     "publish_option",
     "stamp_element",
     "stamp_option",
@@ -316,6 +318,12 @@ def find_publish_meta(options: Iterable[Option]) -> PublishMeta | None:
         raise SyntaxError_(f"undecodable publish option: {type(exc).__name__}") from None
     if root.tag != "publish":
         raise bad(f"the {PUBLISH_OPTION} option holds <publish>, not <{str(root.tag)[:40]}>")
+    return publish_meta_element(root)
+
+
+def publish_meta_element(root: etree._Element) -> PublishMeta:
+    """What one `<publish>` element says (the option's, or a `<publication>`'s in a
+    publications document: adapters/apex/publications_codec.py); 501/553."""
     empty_element(root)
     a = attributes(root, _PUBLISH_ATTRS, set())
     try:
@@ -411,11 +419,16 @@ def _esc_known(value: str) -> str:
 
 def publish_option(meta: PublishMeta) -> Option:
     """The `apexps.publish` option saying `meta`, for a publisher's data."""
-    return Option(PUBLISH_OPTION, content=(
-        f"<publish type='{meta.publish_type}'{attr('messageid', meta.message_id)}"
-        f"{attr('token', meta.token)}{attr('pubseq', meta.publisher_seq)}"
-        f"{attr('event', meta.event)}"
-        f"{'' if meta.implicit else attr('implicit', 'false')} />"))
+    return Option(PUBLISH_OPTION, content=publish_element(meta))
+
+
+def publish_element(meta: PublishMeta) -> str:
+    """The `<publish>` element saying `meta` (the option's content, or a publication's in a
+    publications document)."""
+    return (f"<publish type='{meta.publish_type}'{attr('messageid', meta.message_id)}"
+            f"{attr('token', meta.token)}{attr('pubseq', meta.publisher_seq)}"
+            f"{attr('event', meta.event)}"
+            f"{'' if meta.implicit else attr('implicit', 'false')} />")
 
 
 def stamp_option(stamp: Stamp) -> Option:

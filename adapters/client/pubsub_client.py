@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import itertools
 from collections.abc import AsyncIterator, Callable, Iterable
 from enum import Enum
@@ -38,7 +39,7 @@ from typing import Any
 import structlog
 
 from adapters.apex.batch_codec import DEFAULT_BATCH, ItemFields, batch_items
-from adapters.apex.codec import BEEP_XML, Data, Option
+from adapters.apex.codec import BEEP_XML, Data
 from adapters.apex.endpoint import Endpoint
 from adapters.apex.events_codec import (
     Decision,
@@ -48,6 +49,11 @@ from adapters.apex.events_codec import (
     encode_events,
 )
 from adapters.apex.inre import find_in_re
+from adapters.apex.publications_codec import (
+    Publication,
+    durable_items,
+    encode_publications,
+)
 from adapters.apex.pubsub_codec import (
     Cancel,
     CreateTopic,
@@ -93,6 +99,33 @@ log = structlog.get_logger(__name__)
 _PLAIN = PublishMeta()
 #: Topics whose address and originator text one client keeps (more start the caches over).
 _ORIGINS_LIMIT = _TOPICS_LIMIT = 1024
+#: What one `<publications>` document carries at most: publications, and octets of content
+#: (a quarter of the broker's MAX_PUBLICATIONS_XML, with room for base64's third more).
+PUBLICATIONS_BATCH = 1024
+PUBLICATIONS_BYTES = 256 * 1024
+#: Content larger than this goes in a data of its own.
+PUBLICATION_ALONE = 64 * 1024
+
+#: A publication waiting for the end of the turn: topic, content, type, meta, its answer.
+_Unsent = tuple[str, bytes, str, PublishMeta | None, "asyncio.Future[None]"]
+
+
+def _answer_run(run: list[_Unsent], sent: asyncio.Future[None]) -> None:
+    """Answer each publication of a run from its data's reply: a refusal names the ones that
+    are durable nonetheless (publications_codec.durable_note)."""
+    exc: BaseException | None
+    if sent.cancelled():
+        exc = ServiceNotAvailable("the publication was cancelled")
+    else:
+        exc = sent.exception()
+    durable = durable_items(str(exc), len(run)) if isinstance(exc, ApexpsError) else set()
+    for n, (*_, done) in enumerate(run):
+        if done.done():
+            continue  # its caller gave up on it
+        if exc is None or n in durable:
+            done.set_result(None)
+        else:
+            done.set_exception(exc)
 
 
 class _Own(Enum):
@@ -110,11 +143,16 @@ _PUBSUB_OPS = (Cancel, CreateTopic, DeleteTopic, ListTopics, Reply, Subscribe, T
 
 class PubsubClient:
     def __init__(self, client: ApexClient | ReconnectingApexClient, endpoint: Endpoint,
-                 service_domain: str | None = None, *, link_events: bool = False) -> None:
+                 service_domain: str | None = None, *, link_events: bool = False,
+                 batch_publish: bool = True) -> None:
         """`service_domain`: whose apex=pubsub to use (default: our own domain's; another
         domain's is reached through our relay's relay-relay links). `link_events`: also
-        yield heartbeats and resets from `events()`."""
+        yield heartbeats and resets from `events()`. `batch_publish`: a turn's publications
+        in one data (`publish`; False: a data each, for a service that does not read
+        `<publications>`)."""
         self.client, self.endpoint = client, endpoint
+        self.batch_publish = batch_publish
+        self._unsent: list[_Unsent] = []
         self.link_events = link_events
         self.service = Endpoint(SERVICE, service_domain or endpoint.domain)
         self._trans_ids = itertools.count(1)
@@ -138,7 +176,7 @@ class PubsubClient:
     async def connect(cls, host: str, port: int, endpoint: Endpoint | str, *,
                       timeout: float = DEFAULT_TIMEOUT,
                       service_domain: str | None = None, link_events: bool = False,
-                      reconnect: ReconnectPolicy | None = None,
+                      reconnect: ReconnectPolicy | None = None, batch_publish: bool = True,
                       **security: Any) -> PubsubClient:
         """`security`: ApexClient.connect's tls, sasl, mechanism and server_hostname (and its
         max_in_flight, the requests on the wire at once: 288 by default).
@@ -156,7 +194,8 @@ class PubsubClient:
         except BaseException:
             await client.close()
             raise
-        return cls(client, me, service_domain, link_events=link_events)
+        return cls(client, me, service_domain, link_events=link_events,
+                   batch_publish=batch_publish)
 
     async def close(self) -> None:
         self._closed = True  # what the connection hands on from here is nobody's
@@ -362,21 +401,76 @@ class PubsubClient:
         `implicit=False`: publishing gives no implicit watch of the resource.
         `publish_type`, `message_id` (the data item, with the topic), `token` (a permission
         token) and `publisher_seq` travel in the `apexps.publish` option (robust-binding §2.3);
-        a plain update without the rest sends no option."""
+        a plain update without the rest sends no option.
+
+        With `batch_publish` (the default), what is published in one event-loop turn goes in
+        one data, a `<publications>` document (robust-binding.md §2.6), in call order, each
+        call answered by its own publication's outcome; one alone goes as a data of its own,
+        a turn later. A publication with a `publisher_seq` always
+        goes at once, alone: `ReliablePublisher` writes each in the step that checked the
+        connection (publisher.py)."""
+        if publish_type == PublishType.UPDATE and message_id is None and token is None \
+                and publisher_seq is None and event is None and implicit:
+            meta = None  # a plain update: what PublishMeta() says
+        else:
+            meta = PublishMeta(PublishType(publish_type), message_id, token, publisher_seq,
+                               event, implicit)
+            if meta == _PLAIN:
+                meta = None
+        if not self.batch_publish or publisher_seq is not None:
+            await self._publish_now(topic, content, content_type, meta)
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if not self._unsent:
+            asyncio.get_running_loop().call_soon(self._send_unsent)
+        self._unsent.append((topic, content, content_type, meta, done))
+        await done
+
+    async def _publish_now(self, topic: str, content: bytes, content_type: str,
+                           meta: PublishMeta | None) -> None:
         to = self._topics.get(topic)
         if to is None:
             to = Endpoint(SERVICE, self.service.domain, topic)
             if len(self._topics) >= _TOPICS_LIMIT:
                 self._topics.clear()
             self._topics[topic] = to
-        if publish_type == PublishType.UPDATE and message_id is None and token is None \
-                and publisher_seq is None and event is None and implicit:
-            options: tuple[Option, ...] = ()  # a plain update: what PublishMeta() says
-        else:
-            meta = PublishMeta(PublishType(publish_type), message_id, token, publisher_seq,
-                               event, implicit)
-            options = () if meta == _PLAIN else (publish_option(meta),)
+        options = () if meta is None else (publish_option(meta),)
         await self.client.send(self.endpoint, [to], content, content_type, options=options)
+
+    def _send_unsent(self) -> None:
+        """The turn's publications, in order: runs of them in `<publications>` documents of
+        at most PUBLICATIONS_BATCH and about PUBLICATIONS_BYTES; one over PUBLICATION_ALONE
+        (or one alone) in a data of its own. Each goes as a task, and tasks take their first
+        step, which writes, in the order they were made."""
+        unsent, self._unsent = self._unsent, []
+        run: list[_Unsent] = []
+        size = 0
+        for item in unsent:
+            content = item[1]
+            if len(content) > PUBLICATION_ALONE:
+                self._send_run(run)
+                self._send_run([item])
+                run, size = [], 0
+                continue
+            if run and (len(run) >= PUBLICATIONS_BATCH
+                        or size + len(content) > PUBLICATIONS_BYTES):
+                self._send_run(run)
+                run, size = [], 0
+            run.append(item)
+            size += len(content)
+        self._send_run(run)
+
+    def _send_run(self, run: list[_Unsent]) -> None:
+        if not run:
+            return
+        if len(run) == 1:
+            topic, content, content_type, meta, _ = run[0]
+            sent = asyncio.ensure_future(self._publish_now(topic, content, content_type, meta))
+        else:
+            doc = encode_publications(Publication(t, c, ct, m) for t, c, ct, m, _ in run)
+            sent = asyncio.ensure_future(self.client.send(self.endpoint, [self.service], doc,
+                                                          BEEP_XML))
+        sent.add_done_callback(functools.partial(_answer_run, run))
 
     def _endpoint(self, who: Endpoint | str | None) -> Endpoint:
         if who is None:

@@ -52,6 +52,7 @@ from adapters.apex.endpoint import Endpoint
 from adapters.apex.events_codec import EVENT_ELEMENTS, Decision
 from adapters.apex.inre import in_re_option
 from adapters.apex.options import hop_limit
+from adapters.apex.publications_codec import PUBLICATIONS, decode_publications, durable_note
 from adapters.apex.pubsub_codec import (
     SUBSCRIPTION_ID,
     Cancel,
@@ -74,7 +75,7 @@ from adapters.apex.robust_codec import (
     encode_robust,
 )
 from adapters.apex.robust_stamp import PublishMeta, find_publish_meta
-from adapters.apex.ticket import Ticket
+from adapters.apex.ticket import Ticket, TicketResult
 from broker.delivery.cursor import ForwardCursor
 from broker.events import APP_EVENT_OPTION, WatchTable
 from broker.journal import Appended, Journal, PublisherPosition
@@ -119,6 +120,36 @@ def _content_xml(op: PubsubOperation) -> bytes:
 def _root_tag(content: bytes) -> str | None:
     match = _ROOT.match(content[:4096])
     return None if match is None else match.group(1).decode("ascii", "replace")
+
+
+class _AllOutcomes:
+    """The answer to a publications document: `ticket` settles once each of its `count`
+    publications has its outcome, `()` when all are durable, else with the first refusal,
+    whose text then names the publications that are durable (publications_codec.durable_note)."""
+
+    __slots__ = ("_left", "_outcomes", "ticket")
+
+    def __init__(self, count: int) -> None:
+        self.ticket = Ticket()
+        self._left = count
+        self._outcomes: list[TicketResult] = [()] * count
+        if not count:
+            self.ticket.settle(())
+
+    def settled(self, n: int, result: TicketResult) -> None:
+        self._outcomes[n] = result
+        self._left -= 1
+        if self._left:
+            return
+        failed = [r for r in self._outcomes if isinstance(r, BaseException)]
+        if not failed:
+            self.ticket.settle(())
+            return
+        first = failed[0]
+        durable = [i for i, r in enumerate(self._outcomes) if not isinstance(r, BaseException)]
+        if isinstance(first, ApexpsError) and durable:
+            first = ApexpsError.for_code(first.code, f"{first}{durable_note(durable)}")
+        self.ticket.settle(first)
 
 
 class PubsubHandler:
@@ -245,6 +276,8 @@ class PubsubHandler:
                 if isinstance(event_doc, Decision):
                     return asyncio.ensure_future(self.events.decide(data.originator, event_doc))
                 return asyncio.ensure_future(self.events.request(data.originator, event_doc))
+            if tag == PUBLICATIONS:
+                return self._publications(data)
             if self.sequenced is not None and tag in ROBUST_ELEMENTS:
                 doc = decode_robust(data.content)
                 return asyncio.ensure_future(self.sequenced.request(data.originator, doc))
@@ -275,13 +308,44 @@ class PubsubHandler:
         in one pass (a `Ticket` each, not an asyncio future: adapters/apex/ticket.py)."""
         hops = {"dataHopping": str(hop_limit(data.options) or DEFAULT_HOPS)}
         meta = find_publish_meta(data.options) or _PLAIN
+        originator = str(data.originator)
+        pub = self._accept(originator, topic, data.content, data.content_type, hops=hops,
+                           meta=meta)
+        return self._queue(originator, pub, meta)
+
+    def _publications(self, data: Data) -> Ticket:
+        """A `<publications>` document (adapters/apex/publications_codec.py): every
+        publication checked as `_publish` checks one, all before any is queued, so that one
+        refused refuses the document and nothing of it is journaled (its error names which);
+        then queued in order, like as many data, and answered once all have their outcome."""
+        hops = {"dataHopping": str(hop_limit(data.options) or DEFAULT_HOPS)}
+        originator = str(data.originator)
+        items = decode_publications(data.content)
+        accepted = []
+        for n, item in enumerate(items):
+            meta = item.meta or _PLAIN
+            try:
+                pub = self._accept(originator, item.topic, item.content, item.content_type,
+                                   hops=hops, meta=meta)
+            except ApexpsError as exc:
+                raise ApexpsError.for_code(exc.code, f"publication {n}: {exc}") from None
+            accepted.append((pub, meta))
+        answer = _AllOutcomes(len(accepted))
+        for n, (pub, meta) in enumerate(accepted):
+            self._queue(originator, pub, meta).then(functools.partial(answer.settled, n))
+        return answer.ticket
+
+    def _accept(self, originator: str, topic: str, content: bytes, content_type: str, *,
+                hops: dict[str, str], meta: PublishMeta) -> Publication:
         if meta.event is not None:  # its application event (event-binding.md §2)
-            hops[APP_EVENT_OPTION] = str(meta.event)
-        pub = self.service.accept(str(data.originator), topic, data.content, data.content_type,
-                                  hops, publish_type=meta.publish_type,
-                                  message_id=meta.message_id, permission_token=meta.token,
-                                  publisher_seq=meta.publisher_seq)
-        self.events.published(str(data.originator), pub, implicit=meta.implicit)
+            hops = {**hops, APP_EVENT_OPTION: str(meta.event)}
+        return self.service.accept(originator, topic, content, content_type, hops,
+                                   publish_type=meta.publish_type, message_id=meta.message_id,
+                                   permission_token=meta.token,
+                                   publisher_seq=meta.publisher_seq)
+
+    def _queue(self, originator: str, pub: Publication, meta: PublishMeta) -> Ticket:
+        self.events.published(originator, pub, implicit=meta.implicit)
         done = Ticket()
         if not self._batch:
             self._loop.call_soon(self._append_batch)
