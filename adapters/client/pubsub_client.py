@@ -420,11 +420,30 @@ class PubsubClient:
         if not self.batch_publish or publisher_seq is not None:
             await self._publish_now(topic, content, content_type, meta)
             return
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if not self._unsent:
-            asyncio.get_running_loop().call_soon(self._send_unsent)
-        self._unsent.append((topic, content, content_type, meta, done))
-        await done
+        loop = asyncio.get_running_loop()
+        if self._unsent:  # the turn's first publication is gathering the turn's: join it
+            done: asyncio.Future[None] = loop.create_future()
+            self._unsent.append((topic, content, content_type, meta, done))
+            await done
+            return
+        # The first: let the turn's other publications join, then send them all.
+        lead: _Unsent = (topic, content, content_type, meta, loop.create_future())
+        self._unsent.append(lead)
+        try:
+            await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            self._send_runs(self._take_unsent()[1:])  # nothing of ours was written yet
+            raise
+        unsent = self._take_unsent()
+        if len(unsent) == 1:  # alone: a data of its own, written in this step
+            await self._publish_now(topic, content, content_type, meta)
+            return
+        self._send_runs(unsent)
+        await lead[4]
+
+    def _take_unsent(self) -> list[_Unsent]:
+        unsent, self._unsent = self._unsent, []
+        return unsent
 
     async def _publish_now(self, topic: str, content: bytes, content_type: str,
                            meta: PublishMeta | None) -> None:
@@ -437,12 +456,12 @@ class PubsubClient:
         options = () if meta is None else (publish_option(meta),)
         await self.client.send(self.endpoint, [to], content, content_type, options=options)
 
-    def _send_unsent(self) -> None:
-        """The turn's publications, in order: runs of them in `<publications>` documents of
+    def _send_runs(self, unsent: list[_Unsent]) -> None:
+        """A turn's publications, in order: runs of them in `<publications>` documents of
         at most PUBLICATIONS_BATCH and about PUBLICATIONS_BYTES; one over PUBLICATION_ALONE
         (or one alone) in a data of its own. Each goes as a task, and tasks take their first
-        step, which writes, in the order they were made."""
-        unsent, self._unsent = self._unsent, []
+        step, which writes, in the order they were made (so before the next turn's first
+        publication, which waits a turn)."""
         run: list[_Unsent] = []
         size = 0
         for item in unsent:
