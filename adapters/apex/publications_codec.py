@@ -1,5 +1,5 @@
-"""The `<publications>` document (docs/robust-binding.md §2.6):
-the messages a publisher sends in one event-loop turn, in one data to `apex=pubsub@D`.
+"""The `<publications>` document (docs/robust-binding.md §2.6): the messages a publisher
+sends in one event-loop turn, in one data to `apex=pubsub@D`.
 
 One data per message costs both ends a MSG, an APEX data and its parties, a relay decision and
 an RPY each: on a flat-out publisher that was a third of the broker's CPU per message and
@@ -18,12 +18,16 @@ its `apexps.publish` option said (the same `<publish>` element, robust-binding.m
 its content (base64, so any octets survive, with its MIME type: the `<content>` of a
 delivery batch's items, robust-binding.md §5.4).
 
-The answer is the data's reply, once every publication has its outcome: `ok` when all are
-durable; otherwise the error of the first that is not, whose text ends with the publications
-that are durable (`durable_note`), so that a publisher resolves each exactly and sends again
-only the rest. Decoding is strict: the one hardened parser (500), 501 for what does not fit
-the DTD (docs/apexps-robust.dtd), 553 for a topic name that is not one; one bad publication
-refuses the document.
+The service sends the same document the other way, a plain subscriber's live data packed
+(adapters/pubsub/_plain_packs.py), each `<publication>` then with `inre`: the ids of the
+subscriber's subscriptions it satisfied, which a publisher's document may not hold.
+
+A publisher's document is answered by the data's reply, once every publication has its
+outcome: `ok` when all are durable; otherwise the error of the first that is not, whose text
+ends with the publications that are durable (`durable_note`), so that a publisher resolves
+each exactly and sends again only the rest. Decoding is strict: the one hardened parser
+(500), 501 for what does not fit the DTD (docs/apexps-robust.dtd), 553 for a topic name that
+is not one; one bad publication refuses the document.
 """
 
 from __future__ import annotations
@@ -38,7 +42,14 @@ from lxml import etree
 from broker.names import validate_topic
 from common.errors import ParameterSyntaxError
 
-from ._robust_syntax import MAX_ROBUST_XML, attributes, esc, parse
+from ._robust_syntax import (
+    MAX_IN_RE,
+    MAX_ROBUST_XML,
+    SUBSCRIPTION_ID,
+    attributes,
+    esc,
+    parse,
+)
 from .robust_stamp import PublishMeta, publish_element, publish_meta_element
 
 __all__ = [
@@ -50,6 +61,9 @@ __all__ = [
     "durable_items",
     "durable_note",
     "encode_publications",
+    "publication_content",
+    "publication_element",
+    "publications_document",
 ]
 
 #: The document's root element (what `on_data` dispatches on).
@@ -64,7 +78,8 @@ _HEAD, _TAIL = b"<publications>", b"</publications>"
 #: One publication's head as the writer lays it out: a topic and a MIME type with nothing to
 #: escape (a topic name never has: broker/names.py); then base64 up to _ITEM_END, which
 #: `a2b_base64` checks strictly.
-_ITEM = re.compile(rb"<publication topic='([A-Za-z][A-Za-z0-9_.-]{0,254})'>"
+_ITEM = re.compile(rb"<publication topic='([A-Za-z][A-Za-z0-9_.-]{0,254})'"
+                   rb"(?: inre='([A-Za-z0-9_.:=/@+-]{1,256}(?: [A-Za-z0-9_.:=/@+-]{1,256})*)')?>"
                    rb"<content type='([!-%(-;=?-~]{1,255})'>")
 _ITEM_END = b"</content></publication>"
 #: broker/names.py's topic names (the WKT= ones excluded: the general path refuses them).
@@ -82,6 +97,9 @@ class Publication(NamedTuple):
     content_type: str = "application/octet-stream"
     #: its `<publish>` element (None: a plain update, as a data without the option)
     meta: PublishMeta | None = None
+    #: the subscriber's subscriptions it satisfied (a delivery's `inre`, draft-content
+    #: §5.10.1.1: only the service writes it); None: none named
+    in_re: tuple[str, ...] | None = None
 
 
 def _bad(what: str) -> ParameterSyntaxError:
@@ -92,15 +110,29 @@ def _bad(what: str) -> ParameterSyntaxError:
 
 
 def encode_publications(publications: Iterable[Publication]) -> bytes:
-    b2a = binascii.b2a_base64
-    parts = ["<publications>"]
-    for p in publications:
-        meta = "" if p.meta is None else publish_element(p.meta)
-        parts.append(f"<publication topic='{esc(p.topic)}'>{meta}<content type='"
-                     f"{esc(p.content_type)}'>{b2a(p.content, newline=False).decode('ascii')}"
-                     "</content></publication>")
-    parts.append("</publications>")
-    return "".join(parts).encode("utf-8")
+    return publications_document(
+        publication_element(p.topic, publication_content(p.content, p.content_type), p.meta,
+                            p.in_re) for p in publications)
+
+
+def publications_document(elements: Iterable[str]) -> bytes:
+    """The document of these `publication_element`s."""
+    return f"<publications>{''.join(elements)}</publications>".encode()
+
+
+def publication_element(topic: str, content: str, meta: PublishMeta | None = None,
+                        in_re: tuple[str, ...] | None = None) -> str:
+    """One publication, its content already made (`publication_content`: the service makes
+    it once per message for every subscriber it packs the message for)."""
+    head = f"<publication topic='{esc(topic)}'"
+    if in_re:
+        head += f" inre='{esc(' '.join(in_re))}'"
+    return f"{head}>{'' if meta is None else publish_element(meta)}{content}</publication>"
+
+
+def publication_content(content: bytes, content_type: str) -> str:
+    return (f"<content type='{esc(content_type)}'>"
+            f"{binascii.b2a_base64(content, newline=False).decode('ascii')}</content>")
 
 
 # --- decoding -------------------------------------------------------------------------------
@@ -133,9 +165,14 @@ def _decode_fast(content: bytes) -> list[Publication] | None:
         m = match(content, at, end)
         if m is None or len(out) >= MAX_PUBLICATIONS:
             return None
-        topic, content_type = m.groups()
+        topic, in_re, content_type = m.groups()
         if is_topic(topic) is None:
             return None  # a reserved or malformed name: the general path says which
+        ids = None
+        if in_re is not None:
+            ids = tuple(in_re.decode("ascii").split(" "))
+            if len(ids) > MAX_IN_RE:
+                return None
         stop = find(_ITEM_END, m.end(), end)
         if stop < 0:
             return None
@@ -143,7 +180,8 @@ def _decode_fast(content: bytes) -> list[Publication] | None:
             data = a2b(content[m.end():stop], strict_mode=True)
         except binascii.Error:
             return None
-        out.append(Publication(topic.decode("ascii"), data, content_type.decode("ascii")))
+        out.append(Publication(topic.decode("ascii"), data, content_type.decode("ascii"), None,
+                               ids))
         at = stop + len(_ITEM_END)
     return out
 
@@ -165,7 +203,9 @@ def _publication(elem: etree._Element, n: int) -> Publication:
         raise _bad(f"<publications> holds <publication>s, not <{str(elem.tag)[:40]}>")
     if (elem.tail or "").strip() or (elem.text or "").strip():
         raise _bad(f"publication {n} holds elements only")
-    topic = validate_topic(attributes(elem, {"topic"}, {"topic"})["topic"])
+    a = attributes(elem, {"topic", "inre"}, {"topic"})
+    topic = validate_topic(a["topic"])
+    in_re = _in_re(a["inre"], n) if "inre" in a else None
     children = list(elem)
     meta = None
     if len(children) == 2 and children[0].tag == "publish":
@@ -182,7 +222,15 @@ def _publication(elem: etree._Element, n: int) -> Publication:
         data = binascii.a2b_base64((body.text or "").encode("ascii"), strict_mode=True)
     except (binascii.Error, UnicodeError):
         raise _bad(f"publication {n}: its content is not base64") from None
-    return Publication(topic, data, content_type, meta)
+    return Publication(topic, data, content_type, meta, in_re)
+
+
+def _in_re(value: str, n: int) -> tuple[str, ...]:
+    ids = tuple(value.split(" "))
+    if len(ids) > MAX_IN_RE or not all(SUBSCRIPTION_ID.fullmatch(i) for i in ids):
+        raise _bad(f"publication {n}: inre is up to {MAX_IN_RE} subscription ids, one space"
+                   " apart")
+    return ids
 
 
 # --- the answer -----------------------------------------------------------------------------

@@ -51,6 +51,7 @@ from adapters.apex.events_codec import (
 from adapters.apex.inre import find_in_re
 from adapters.apex.publications_codec import (
     Publication,
+    decode_publications,
     durable_items,
     encode_publications,
 )
@@ -581,6 +582,21 @@ class PubsubClient:
             stamp = dataclasses.replace(stamp, in_re=ids)
         return stamp, ids
 
+    def _unpack_publications(self, data: Data) -> None:
+        """A plain subscription's live data, packed (robust-binding.md §2.6): each as the data
+        of its own it stands for."""
+        try:
+            publications = decode_publications(data.content)
+        except ApexpsError as exc:
+            log.warning("publications refused", originator=str(data.originator),
+                        error=str(exc))
+            return
+        domain = data.originator.domain
+        deliver = self._deliver
+        for p in publications:
+            deliver(Delivered(p.topic, self._origin(domain, p.topic), p.content, p.content_type,
+                              None, p.in_re))
+
     def _robust(self, data: Data) -> bool:
         """Handle a robust delivery document (heartbeat, reset, linkreply, capabilities)."""
         head = data.content.lstrip()[:64]
@@ -646,6 +662,9 @@ class PubsubClient:
                                   data.content_type, stamp, in_re)
             if stamp is None or not self._to_link(stamp.link, delivered):
                 self._deliver(delivered)
+            return
+        if data.content.startswith(b"<publications"):
+            self._unpack_publications(data)
             return
         if self._robust(data):
             return

@@ -47,6 +47,7 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 
 import structlog
 
+from adapters.apex.batch_codec import BATCH_ITEM_CONTENT
 from adapters.apex.codec import BEEP_XML, Data, Option, TargetHop
 from adapters.apex.endpoint import Endpoint
 from adapters.apex.events_codec import EVENT_ELEMENTS, Decision
@@ -92,6 +93,7 @@ from common.errors import ApexpsError, OptionNotImplemented, ParameterSyntaxErro
 
 from ._deliveries import SendData, endpoint_of
 from ._on_loop import on_loop
+from ._plain_packs import PlainPacks
 from ._wkt_publisher import WktPublisher
 from .events import EventNotifier
 from .sequenced import SequencedFanout
@@ -182,6 +184,9 @@ class PubsubHandler:
         self._batch: list[tuple[Publication, Ticket]] = []
         #: topic -> apex=pubsub/TOPIC@D, the plain path's origin of the topic's data
         self._origins: dict[str, Endpoint] = {}
+        #: on the plain path, subscriber -> the most messages it takes in one data (the batch=
+        #: of its latest subscribe); in memory only, as a link's is (broker/delivery/core.py)
+        self._plain_batch: dict[str, int] = {}
         #: forwards each journal entry once, in offset order, from whichever road brings it
         #: first: Kafka's acknowledgement of our append, or the journal follower
         self.cursor = ForwardCursor(self.forward)
@@ -323,6 +328,8 @@ class PubsubHandler:
         items = decode_publications(data.content)
         accepted = []
         for n, item in enumerate(items):
+            if item.in_re is not None:
+                raise ParameterSyntaxError(f"publication {n}: inre is the service's to say")
             meta = item.meta or _PLAIN
             try:
                 pub = self._accept(originator, item.topic, item.content, item.content_type,
@@ -458,6 +465,10 @@ class PubsubHandler:
             if self.sequenced is not None:
                 # before the 250: what follows it on the link already comes as asked
                 self._loop.call_soon_threadsafe(self.sequenced.batch_live, link, op.batch)
+            elif op.batch:  # the plain path packs the endpoint's live data from now on
+                self._plain_batch[whom] = op.batch
+            else:
+                self._plain_batch.pop(whom, None)
             if first:
                 self._on_loop(self._open_with_snapshot if self.sequenced is not None
                               else self._open_with_cache, result, link)
@@ -571,14 +582,29 @@ class PubsubHandler:
             return
         # One pass over the batch: the table's lock taken once for all of it, each
         # subscriber's endpoint parsed once (endpoint_of), each topic's origin built once.
+        # A subscriber that said batch= takes the turn's messages packed (_plain_packs.py),
+        # but one too large for a pack, which goes alone after what was packed before it.
         entitled = self.service.entitled
+        packed = self._plain_batch
+        packs = PlainPacks(self.endpoint, self._send, self._forward_ids, packed.__getitem__)
         for entry, recipients in zip(entries, self.service.recipients_for_many(entries),
                                      strict=True):
             chosen = [(r, ids) for r, ids in recipients
                       if entitled(entry, r, live=True)]  # tokens, expiry
+            if packed and chosen:
+                alone = len(entry.content) > BATCH_ITEM_CONTENT
+                for r, ids in chosen:
+                    if r in packed:
+                        if alone:
+                            packs.flush(r)
+                        else:
+                            packs.add(r, entry, ids)
+                if not alone:
+                    chosen = [(r, ids) for r, ids in chosen if r not in packed]
             if chosen:
                 self._send(self._plain(entry, tuple(endpoint_of(r) for r, _ in chosen),
                                        tuple(ids for _, ids in chosen)))
+        packs.close()
 
     def _plain(self, entry: JournalEntry, to: tuple[Endpoint, ...],
                in_re: tuple[tuple[str, ...] | None, ...] = ()) -> Data:

@@ -2,7 +2,8 @@
 real Kafka over the real BEEP wire: what a client publishes in one turn goes as one data and
 arrives, journaled and forwarded, in call order; one refused publication refuses the document,
 and nothing of it is journaled; a hostile document is refused with its code and the service
-goes on."""
+goes on; a plain subscriber that said batch= gets its live data packed, the same messages with
+the same InRe as one that did not."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from adapters.apex.codec import BEEP_XML
 from adapters.apex.publications_codec import Publication, encode_publications
 from adapters.app import BrokerApp
 from adapters.client.pubsub_client import Delivered, Ended, PubsubClient
+from adapters.pubsub._plain_packs import PlainPacks
 from adapters.pubsub.handler import PubsubHandler
 from broker.kafka_io import KafkaConfig, watermarks
 from broker.records import PublishType
@@ -112,6 +114,10 @@ async def _refusals(config: KafkaConfig, access: Path) -> None:
         with pytest.raises(ParameterSyntaxError):
             await pub.client.send(pub.endpoint, [pub.service], encode_publications(
                 [Publication("q.items", b"x")]).replace(b"eA==", b"e A=="), BEEP_XML)
+        with pytest.raises(ParameterSyntaxError, match="inre"):  # the service's to say
+            await pub.client.send(pub.endpoint, [pub.service], encode_publications(
+                [Publication("q.items", b"x"), Publication("q.items", b"y", in_re=("1",))]),
+                BEEP_XML)
         assert _journal_size(config) == before, "a refused document reached Kafka"
 
         # the source's seqs go on from where they were: nothing of the refused was numbered
@@ -131,3 +137,51 @@ def test_one_refused_publication_refuses_the_document_and_journals_none_of_it(
     access = tmp_path / "access.xml"
     access.write_text(ACCESS)
     asyncio.run(_refusals(kafka_config, access))
+
+
+QUOTE = "<q sym='{sym}' kind='{kind}' n='{n}'>{pad}</q>"
+
+
+async def _plain_packed(config: KafkaConfig, packed: list[str]) -> None:
+    async with BrokerApp(config, sequenced=False) as app:
+        connect = lambda who: PubsubClient.connect("127.0.0.1", app.port, who)  # noqa: E731
+        pub, jade, rex = (await connect("pub@example.com"), await connect("jade@example.com"),
+                          await connect("rex@example.com"))
+        await pub.create_topic("q.sel")
+        # the same two subscriptions each: jade's live data packed (the client's default
+        # batch=), rex's a data each (batch=None, as an APEX client that never says batch=)
+        ids = {who.endpoint.local: (await who.subscribe("q.sel", 600, selector="sym = 'A'",
+                                                        **kw),
+                                    await who.subscribe("q.sel", 600, selector="kind = 'x'",
+                                                        **kw))
+               for who, kw in ((jade, {}), (rex, {"batch": None}))}
+        sent = [QUOTE.format(sym=sym, kind=kind, n=n, pad="." * (70_000 if n == 5 else 0))
+                .encode() for n, (sym, kind) in enumerate(
+                    [("A", "x"), ("A", "y"), ("B", "x"), ("B", "y")] * 3)]
+        await asyncio.gather(*(pub.publish("q.sel", body, "application/xml") for body in sent))
+        chosen = [b for b in sent if b"sym='A'" in b or b"kind='x'" in b]
+        for who in (jade, rex):
+            got = await _received(who.events(), len(chosen))
+            first, second = ids[who.endpoint.local]
+            assert [d.content for d in got] == chosen  # the 70 kB one among them, in its place
+            assert [sorted(d.in_re or ()) for d in got] == [
+                sorted(([first] if b"sym='A'" in b else []) + ([second] if b"kind='x'" in b
+                                                               else [])) for b in chosen]
+            assert {d.originator for d in got} == {"apex=pubsub/q.sel@example.com"}
+        assert set(packed) == {"jade@example.com"}
+        for c in (pub, jade, rex):
+            await c.close()
+
+
+def test_a_plain_subscriber_that_said_batch_takes_its_live_data_packed(
+        kafka_config: KafkaConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    packed: list[str] = []
+    flush = PlainPacks.flush
+
+    def spy(self: PlainPacks, subscriber: str) -> None:
+        if subscriber in self._packs:
+            packed.append(subscriber)
+        flush(self, subscriber)
+
+    monkeypatch.setattr(PlainPacks, "flush", spy)
+    asyncio.run(_plain_packed(kafka_config, packed))
