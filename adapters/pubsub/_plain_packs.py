@@ -30,54 +30,70 @@ from ._deliveries import SendData, endpoint_of
 
 __all__ = ["PlainPacks"]
 
+#: What a publication element takes beyond its base64 content, about (its tags, topic, type).
+_ELEMENT = 160
+
 
 class PlainPacks:
     """One forward turn's packs: `add` each message for each subscriber that takes them packed,
     in order; `flush` one subscriber's (before a message goes to it on its own), `close` all.
-    Each message's content is encoded once, whatever the number of subscribers it goes to."""
+    A pack of one message goes as the data of its own it would have been (`alone`), as a
+    publisher's lone publication does; a message's content is encoded once per turn, whatever
+    the number of subscribers it is packed for."""
 
     def __init__(self, endpoint: Endpoint, send: SendData, ids: itertools.count[int],
-                 limit: Callable[[str], int]) -> None:
+                 limit: Callable[[str], int],
+                 alone: Callable[[str, JournalEntry, tuple[str, ...] | None], None]) -> None:
         """`endpoint`: the service's (the documents' originator); `ids`: the data options'
-        ids; `limit(subscriber)`: the most publications it takes in one data."""
-        self._endpoint, self._send, self._ids, self._limit = endpoint, send, ids, limit
-        #: subscriber -> (its publication elements, their octets, the least hop limit)
-        self._packs: dict[str, tuple[list[str], int, int]] = {}
+        ids; `limit(subscriber)`: the most publications it takes in one data; `alone`: send
+        one message to one subscriber as a data of its own."""
+        self._endpoint, self._send, self._ids = endpoint, send, ids
+        self._limit, self._alone = limit, alone
+        #: subscriber -> (its messages with their InRe, about how many octets they take)
+        self._packs: dict[str, tuple[list[tuple[JournalEntry, tuple[str, ...] | None]], int]] = {}
         #: id(entry) -> the entry and its content element, for this turn
         self._contents: dict[int, tuple[JournalEntry, str]] = {}
 
     def add(self, subscriber: str, entry: JournalEntry, in_re: tuple[str, ...] | None) -> None:
-        known = self._contents.get(id(entry))
-        if known is not None and known[0] is entry:
-            content = known[1]
-        else:  # the entry is kept with it: an id is only unique among live objects
-            content = publication_content(entry.content, entry.content_type)
-            self._contents[id(entry)] = (entry, content)
-        element = publication_element(entry.topic, content, None, in_re)
-        hops = int(entry.options.get("dataHopping", DEFAULT_HOPS))
+        size = len(entry.content) * 4 // 3 + _ELEMENT
         pack = self._packs.get(subscriber)
         if pack is not None and (len(pack[0]) >= self._limit(subscriber)
-                                 or pack[1] + len(element) > BATCH_BYTES):
+                                 or pack[1] + size > BATCH_BYTES):
             self.flush(subscriber)
             pack = None
         if pack is None:
-            self._packs[subscriber] = ([element], len(element), hops)
+            self._packs[subscriber] = ([(entry, in_re)], size)
         else:
-            pack[0].append(element)
-            self._packs[subscriber] = (pack[0], pack[1] + len(element), min(pack[2], hops))
+            pack[0].append((entry, in_re))
+            self._packs[subscriber] = (pack[0], pack[1] + size)
 
     def flush(self, subscriber: str) -> None:
         pack = self._packs.pop(subscriber, None)
         if pack is None:
             return
-        elements, _, hops = pack
+        items = pack[0]
+        if len(items) == 1:
+            self._alone(subscriber, *items[0])
+            return
+        hops = min(int(e.options.get("dataHopping", DEFAULT_HOPS)) for e, _ in items)
         option = Option("dataHopping", next(self._ids), target_hop=TargetHop.ALL,
                         must_understand=True,
                         content=f"<dataHopping noMoreThan='{hops}' reportErrors='true' />")
         self._send(Data(self._endpoint, (endpoint_of(subscriber),),
-                        publications_document(elements), BEEP_XML, options=(option,),
-                        content_ref="#Content"))
+                        publications_document([publication_element(e.topic, self._content(e),
+                                                                   None, in_re)
+                                               for e, in_re in items]),
+                        BEEP_XML, options=(option,), content_ref="#Content"))
 
     def close(self) -> None:
         for subscriber in list(self._packs):
             self.flush(subscriber)
+
+    def _content(self, entry: JournalEntry) -> str:
+        known = self._contents.get(id(entry))
+        if known is not None and known[0] is entry:
+            return known[1]
+        # the entry is kept with it: an id is only unique among live objects
+        content = publication_content(entry.content, entry.content_type)
+        self._contents[id(entry)] = (entry, content)
+        return content

@@ -586,7 +586,8 @@ class PubsubHandler:
         # but one too large for a pack, which goes alone after what was packed before it.
         entitled = self.service.entitled
         packed = self._plain_batch
-        packs = PlainPacks(self.endpoint, self._send, self._forward_ids, packed.__getitem__)
+        packs = PlainPacks(self.endpoint, self._send, self._forward_ids, packed.__getitem__,
+                           self._plain_alone)
         for entry, recipients in zip(entries, self.service.recipients_for_many(entries),
                                      strict=True):
             chosen = [(r, ids) for r, ids in recipients
@@ -605,6 +606,10 @@ class PubsubHandler:
                 self._send(self._plain(entry, tuple(endpoint_of(r) for r, _ in chosen),
                                        tuple(ids for _, ids in chosen)))
         packs.close()
+
+    def _plain_alone(self, subscriber: str, entry: JournalEntry,
+                     in_re: tuple[str, ...] | None) -> None:
+        self._send(self._plain(entry, (endpoint_of(subscriber),), (in_re,)))
 
     def _plain(self, entry: JournalEntry, to: tuple[Endpoint, ...],
                in_re: tuple[tuple[str, ...] | None, ...] = ()) -> Data:
