@@ -83,7 +83,7 @@ class PlainPacks:
                         publications_document([publication_element(e.topic, self._content(e),
                                                                    None, in_re)
                                                for e, in_re in items]),
-                        BEEP_XML, options=(option,), content_ref="#Content"))
+                        BEEP_XML, options=(option,)))  # a MIME part: the fast readers'
 
     def close(self) -> None:
         for subscriber in list(self._packs):

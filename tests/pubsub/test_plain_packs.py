@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from adapters.apex.batch_codec import BATCH_BYTES
-from adapters.apex.codec import Data
+from adapters.apex.codec import Data, _decode_fast, encode
 from adapters.apex.endpoint import Endpoint
 from adapters.apex.publications_codec import decode_publications
 from adapters.pubsub._plain_packs import PlainPacks
@@ -73,3 +73,19 @@ def test_a_message_for_many_subscribers_is_encoded_once() -> None:
     packs.close()
     assert len(packs._contents) == 2
     assert len(sent) == 3 and len({d.content for d in sent}) == 1
+
+
+def test_a_pack_travels_as_a_mime_part_that_the_fast_reader_takes() -> None:
+    """The document is the data's MIME part, not XML inline in the control document: a
+    subscriber then reads the data without lxml (inline, a pack cost a plain subscriber more
+    than the data it replaced: W2's subscriber 162 µs a message against 145)."""
+    sent: list[Data] = []
+    packs = PlainPacks(SERVICE, lambda data, tags=None: sent.append(data), itertools.count(1),
+                       lambda _who: 10, lambda *_: None)
+    for n in range(3):
+        packs.add("a@example.com", _entry(n, 512, 5), ("1",))
+    packs.close()
+    (data,) = sent
+    content_type, body = encode(data)
+    fast = _decode_fast(content_type, body)
+    assert fast is not None and (fast.content, fast.recipients) == (data.content, data.recipients)
