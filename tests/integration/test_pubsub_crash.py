@@ -31,14 +31,19 @@ def _broker(config: KafkaConfig) -> Iterator[tuple[subprocess.Popen[str], str]]:
                              "--heartbeat-ms", "600000"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
+    failed = True
     try:
         line = proc.stdout.readline()
         assert line.startswith("apex: "), (line, proc.stderr.read() if proc.stderr else "")
         yield proc, line.split()[1]
+        failed = False
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=60)
+        if failed:  # what the broker logged goes into the failure's report
+            print("--- the broker's stderr (last 200 lines) ---\n"
+                  + "\n".join((err or "").splitlines()[-200:]), file=sys.stderr)
 
 
 def _cli(server: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
