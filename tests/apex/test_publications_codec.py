@@ -147,3 +147,14 @@ def test_the_durable_note_names_exactly_its_publications(durable: list[int], tex
     if durable:
         assert durable_items(f"{text}{note}", durable[-1]) == set()
     assert durable_items(text.replace(" (durable: ", ""), 301) == set()
+
+
+def test_the_binding_example_decodes() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "robust-binding.md").read_text()
+    example = text.split("```xml\n<publications>", 1)[1].split("```", 1)[0]
+    got = decode_publications(f"<publications>{example}".encode())
+    assert [(p.topic, p.content, p.content_type) for p in got] == [
+        ("equity.quote", b"<quote sym='IBM' />", "application/xml"),
+        ("equity.quote", b"IBM 101.5", "text/plain")]
+    assert got[0].meta is None
+    assert got[1].meta == PublishMeta(PublishType.IMAGE, "IBM", "6747")
