@@ -6,6 +6,7 @@ the documents' decoders cannot come to disagree on what a number, a name or a li
 
 from __future__ import annotations
 
+import binascii
 import re
 
 from lxml import etree
@@ -21,6 +22,7 @@ from common.xml_safe import UnsafeXml, checked_attributes, parse_hardened
 from .endpoint import Endpoint
 
 __all__ = [
+    "CONTENT_TYPE",
     "MAX_BATCH_ITEMS",
     "MAX_IN_RE",
     "MAX_LINK_SEQ",
@@ -42,6 +44,8 @@ __all__ = [
     "check_batch",
     "check_int",
     "check_text",
+    "content_of",
+    "content_xml",
     "decimal",
     "empty_element",
     "esc",
@@ -185,6 +189,33 @@ def parse(content: bytes, limit: int, depth: int, what: str) -> etree._Element:
         return parse_hardened(content, max_bytes=limit, max_depth=depth, what=what)
     except UnsafeXml as exc:
         raise SyntaxError_(str(exc)) from None
+
+
+#: The MIME type of a `<content>` element (a batch item's, a publication's).
+CONTENT_TYPE = re.compile(r"[!-~]{1,255}")
+
+
+def content_xml(content: bytes, content_type: str) -> str:
+    """`<content type='T'>BASE64</content>`: any octets, with their MIME type (a batch item's
+    content, robust-binding.md §5.4, and a publication's, §2.6)."""
+    return (f"<content type='{esc(content_type)}'>"
+            f"{binascii.b2a_base64(content, newline=False).decode('ascii')}</content>")
+
+
+def content_of(elem: etree._Element, what: str) -> tuple[bytes, str]:
+    """A `<content>` element's octets and MIME type; 501 (`bad`, the message naming `what`)
+    for other attributes, a type that is not one, or text that is not strict base64."""
+    attrs = elem.attrib
+    content_type = attrs.get("type")
+    if content_type is None or len(attrs) != 1:
+        raise bad(f"{what}: <content> has exactly its type attribute")
+    if not CONTENT_TYPE.fullmatch(content_type):
+        raise bad(f"{what}: {content_type[:40]!r} is not a MIME type")
+    try:
+        return (binascii.a2b_base64((elem.text or "").encode("ascii"), strict_mode=True),
+                content_type)
+    except (binascii.Error, UnicodeError):
+        raise bad(f"{what}: its content is not base64") from None
 
 
 def esc(value: str) -> str:

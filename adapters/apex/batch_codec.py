@@ -24,8 +24,6 @@ a link id, topic or endpoint that is not one; one bad item refuses the whole bat
 
 from __future__ import annotations
 
-import binascii
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -35,6 +33,7 @@ from broker.robust.linkid import validate_link_id
 from common.errors import ParameterSyntaxError, SyntaxError_
 from common.xml_safe import UnsafeXml, checked_attributes, parse_hardened
 
+from ._robust_syntax import content_of, content_xml, esc
 from .batch_fast import ItemFields, match_batch
 from .robust_codec import MAX_BATCH_ITEMS, Heartbeat, Withheld, document_element
 from .robust_stamp import Stamp, StampKind, stamp_element
@@ -64,7 +63,6 @@ BATCH_ITEM_CONTENT = 64 * 1024
 #: The largest batch document a subscriber reads: BATCH_BYTES with room to spare.
 MAX_BATCH_XML = 1024 * 1024
 
-_CONTENT_TYPE = re.compile(r"[!-~]{1,255}")
 
 
 def _bad(what: str) -> ParameterSyntaxError:
@@ -91,11 +89,6 @@ class Batch:
 # --- encoding -------------------------------------------------------------------------------
 
 
-def _esc(value: str) -> str:
-    return (value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-            .replace("'", "&apos;"))
-
-
 def batch_data_item(stamp_xml: str, content: bytes, content_type: str) -> str:
     """One data item from its stamp (`data_stamp_xml`) and content."""
     return f"<item>{stamp_xml}{batch_item_content(content, content_type)}"
@@ -104,8 +97,7 @@ def batch_data_item(stamp_xml: str, content: bytes, content_type: str) -> str:
 def batch_item_content(content: bytes, content_type: str) -> str:
     """A data item's end, from its content on: the same for every link a message goes to, so
     the fan-out encodes it once per message."""
-    return (f"<content type='{_esc(content_type)}'>"
-            f"{binascii.b2a_base64(content, newline=False).decode('ascii')}</content></item>")
+    return f"{content_xml(content, content_type)}</item>"
 
 
 def batch_item(stamp_xml: str, document: bytes) -> str:
@@ -119,7 +111,7 @@ class BatchPacker:
     one to send."""
 
     def __init__(self, link: str, limit: int) -> None:
-        self._head = f"<batch link='{_esc(link)}'>"
+        self._head = f"<batch link='{esc(link)}'>"
         self._limit = max(1, min(limit, MAX_BATCH_ITEMS))
         self._items: list[str] = []
         self._size = 0
@@ -162,17 +154,7 @@ def _item(elem: etree._Element, link: str) -> ItemFields:
     if stamp.kind is StampKind.DATA:
         if payload.tag != "content" or len(payload):
             raise _bad("a data item's <seq> is followed by its <content>")
-        attrs = payload.attrib
-        content_type = attrs.get("type")
-        if content_type is None or len(attrs) != 1:
-            raise _bad("<content> has exactly its type attribute")
-        if not _CONTENT_TYPE.fullmatch(content_type):
-            raise _bad(f"{content_type[:40]!r} is not a MIME type")
-        try:
-            content = binascii.a2b_base64((payload.text or "").encode("ascii"),
-                                          strict_mode=True)
-        except (binascii.Error, UnicodeError):
-            raise _bad("a data item's content is not base64") from None
+        content, content_type = content_of(payload, "batch: a data item")
         return stamp, content, content_type, None
     if stamp.kind is StampKind.RESET:
         raise _bad("a reset never travels in a batch")

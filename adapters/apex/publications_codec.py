@@ -47,6 +47,8 @@ from ._robust_syntax import (
     MAX_ROBUST_XML,
     SUBSCRIPTION_ID,
     attributes,
+    content_of,
+    content_xml,
     esc,
     parse,
 )
@@ -73,7 +75,6 @@ MAX_PUBLICATIONS = 4096
 #: The largest document the broker reads (a client packs far less: client-library.md).
 MAX_PUBLICATIONS_XML = MAX_ROBUST_XML
 
-_CONTENT_TYPE = re.compile(r"[!-~]{1,255}")
 _HEAD, _TAIL = b"<publications>", b"</publications>"
 #: One publication's head as the writer lays it out: a topic and a MIME type with nothing to
 #: escape (a topic name never has: broker/names.py); then base64 up to _ITEM_END, which
@@ -131,8 +132,8 @@ def publication_element(topic: str, content: str, meta: PublishMeta | None = Non
 
 
 def publication_content(content: bytes, content_type: str) -> str:
-    return (f"<content type='{esc(content_type)}'>"
-            f"{binascii.b2a_base64(content, newline=False).decode('ascii')}</content>")
+    """A publication's `<content>`, as a batch item's is written (`content_xml`)."""
+    return content_xml(content, content_type)
 
 
 # --- decoding -------------------------------------------------------------------------------
@@ -214,14 +215,7 @@ def _publication(elem: etree._Element, n: int) -> Publication:
     if len(children) != 1 or children[0].tag != "content" or len(children[0]) \
             or (children[0].tail or "").strip():
         raise _bad(f"publication {n} holds an optional <publish> and then its <content>")
-    body = children[0]
-    content_type = attributes(body, {"type"}, {"type"})["type"]
-    if not _CONTENT_TYPE.fullmatch(content_type):
-        raise _bad(f"publication {n}: {content_type[:40]!r} is not a MIME type")
-    try:
-        data = binascii.a2b_base64((body.text or "").encode("ascii"), strict_mode=True)
-    except (binascii.Error, UnicodeError):
-        raise _bad(f"publication {n}: its content is not base64") from None
+    data, content_type = content_of(children[0], f"publications: publication {n}")
     return Publication(topic, data, content_type, meta, in_re)
 
 
