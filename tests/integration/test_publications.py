@@ -8,7 +8,7 @@ the same InRe as one that did not."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,22 @@ ACCESS = """<access domain='example.com'>
   <deny id='slate' originator='mr.slate@example.com' tokens='core:data' topic='q.closed' />
 </access>
 """
+
+
+def _spy(monkeypatch: pytest.MonkeyPatch, cls: type, name: str,
+         seen: Callable[..., Any] = lambda _self, arg: arg) -> list[Any]:
+    """Wrap `cls.name`: each call's `seen(self, arg)` (unless None) is recorded, then the
+    method runs as it would."""
+    calls: list[Any] = []
+    method = getattr(cls, name)
+
+    def spy(self: Any, arg: Any) -> Any:
+        if (what := seen(self, arg)) is not None:
+            calls.append(what)
+        return method(self, arg)
+
+    monkeypatch.setattr(cls, name, spy)
+    return calls
 
 
 def _journal_size(config: KafkaConfig) -> int:
@@ -75,14 +91,7 @@ async def _one_turn_one_data(config: KafkaConfig, documents: list[Any]) -> None:
 
 def test_a_turns_publications_go_in_one_data_and_arrive_in_order(
         kafka_config: KafkaConfig, monkeypatch: pytest.MonkeyPatch) -> None:
-    documents: list[Any] = []
-    served = PubsubHandler._publications
-
-    def spy(self: PubsubHandler, data: Any) -> Any:
-        documents.append(data)
-        return served(self, data)
-
-    monkeypatch.setattr(PubsubHandler, "_publications", spy)
+    documents = _spy(monkeypatch, PubsubHandler, "_publications")
     asyncio.run(_one_turn_one_data(kafka_config, documents))
 
 
@@ -175,13 +184,7 @@ async def _plain_packed(config: KafkaConfig, packed: list[str]) -> None:
 
 def test_a_plain_subscriber_that_said_batch_takes_its_live_data_packed(
         kafka_config: KafkaConfig, monkeypatch: pytest.MonkeyPatch) -> None:
-    packed: list[str] = []
-    flush = PlainPacks.flush
-
-    def spy(self: PlainPacks, subscriber: str) -> None:
-        if subscriber in self._packs:
-            packed.append(subscriber)
-        flush(self, subscriber)
-
-    monkeypatch.setattr(PlainPacks, "flush", spy)
-    asyncio.run(_plain_packed(kafka_config, packed))
+    # the subscribers a pack of two or more went to (one of one goes as a data of its own)
+    flushed = _spy(monkeypatch, PlainPacks, "flush",
+                   lambda packs, who: who if len(packs._packs.get(who, ((), 0))[0]) > 1 else None)
+    asyncio.run(_plain_packed(kafka_config, flushed))
