@@ -135,9 +135,9 @@ class PeerLinks:
         def session_of_link() -> ServerSession:  # in this task's context: peer_domain is bound
             return self._server.new_session(Role.INITIATOR, link)
         try:
-            _, session = await asyncio.wait_for(
-                loop.create_connection(session_of_link, link.host, link.port),
-                self._server.greeting_timeout)
+            async with asyncio.timeout(self._server.greeting_timeout):
+                _, session = await loop.create_connection(session_of_link, link.host,
+                                                          link.port)
         except (OSError, TimeoutError) as exc:
             link.last_error = f"connect: {type(exc).__name__}: {exc}"
             return

@@ -161,8 +161,8 @@ class ApexClient:
                 sends the password) or "PLAIN" (needs `tls`; relays offer it only under TLS).
         """
         client = cls(timeout, config, max_in_flight=max_in_flight)
-        await asyncio.wait_for(asyncio.get_running_loop().create_connection(
-            lambda: client._wire, host, port), timeout)
+        async with asyncio.timeout(timeout):
+            await asyncio.get_running_loop().create_connection(lambda: client._wire, host, port)
         try:  # whatever fails (or is cancelled) from here on, the connection must not linger
             client._conn.send_greeting()
             client._flush()
@@ -183,7 +183,8 @@ class ApexClient:
 
     async def _expect(self, *kinds: type[Event]) -> Event:
         while True:
-            event = await asyncio.wait_for(self._events.get(), self.timeout)
+            async with asyncio.timeout(self.timeout):
+                event = await self._events.get()
             if isinstance(event, kinds):
                 return event
             if isinstance(event, SessionClosed | ProtocolViolation):
@@ -394,7 +395,8 @@ class ApexClient:
             # `number='0'` spelled out: beepcore-java refuses the implied form with 501.
             self._conn.close_session(explicit_number=True)
             self._flush()
-            await asyncio.wait_for(self._expect(SessionClosed), self.timeout)
+            async with asyncio.timeout(self.timeout):
+                await self._expect(SessionClosed)
         await self._abort()
 
     async def _abort(self) -> None:
@@ -404,7 +406,8 @@ class ApexClient:
         if self._handshake_task is not None:
             self._handshake_task.cancel()
         try:
-            await asyncio.wait_for(asyncio.shield(self._wire.closed), self.timeout)
+            async with asyncio.timeout(self.timeout):
+                await asyncio.shield(self._wire.closed)
         except TimeoutError:
             self._wire.transport.abort()
 

@@ -220,7 +220,8 @@ class PubsubClient:
         try:
             await self.client.send(self.endpoint, [self.service], content,
                                    BEEP_XML)
-            answer = await asyncio.wait_for(future, self.client.timeout)
+            async with asyncio.timeout(self.client.timeout):
+                answer = await future
         finally:
             self._waiting.pop(trans_id, None)
         if isinstance(answer, Reply) and answer.code != 250:

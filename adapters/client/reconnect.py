@@ -273,7 +273,8 @@ class ReconnectingApexClient:
             if current is not None and self._up.is_set():
                 return current
             try:
-                await asyncio.wait_for(self._wait_up_or_final(), self.timeout)
+                async with asyncio.timeout(self.timeout):
+                    await self._wait_up_or_final()
             except TimeoutError:
                 raise ServiceNotAvailable(
                     f"not connected to the relay at {self.server}: still reconnecting after"

@@ -218,7 +218,8 @@ async def _events(request: web.Request) -> web.StreamResponse:
                     sent = seq
         while True:
             try:
-                item = await asyncio.wait_for(stream.get(), heartbeat)
+                async with asyncio.timeout(heartbeat):
+                    item = await stream.get()
             except TimeoutError:
                 await response.write(sse_comment("heartbeat"))
                 continue

@@ -43,7 +43,8 @@ class CatchUps:
             self._next = self._loop.create_future()
             if not self._querying:
                 self._loop.create_task(self._query())
-        await asyncio.wait_for(asyncio.shield(self._next), timeout)
+        async with asyncio.timeout(timeout):
+            await asyncio.shield(self._next)
 
     async def _query(self) -> None:
         self._querying = True

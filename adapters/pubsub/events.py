@@ -457,6 +457,7 @@ class EventNotifier:
             self._wake.clear()
             delay = None if due is None else max(0.0, (due - svc.now()) / 1000)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), delay)
+                async with asyncio.timeout(delay):
+                    await self._wake.wait()
                 continue
             self.emit(self.table.expire_due(svc.now()))

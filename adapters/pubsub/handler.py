@@ -258,7 +258,8 @@ class PubsubHandler:
             self._send(Data(me, (there,), _content_xml(request), BEEP_XML,
                             content_ref="#Content"))
             try:
-                reply = await asyncio.wait_for(answer, min(delay, 30.0))
+                async with asyncio.timeout(min(delay, 30.0)):
+                    reply = await answer
             except TimeoutError:
                 self._own.pop(trans, None)
                 delay = min(delay * 2, 30.0)  # no route yet, or the origin is down: retry
@@ -640,7 +641,8 @@ class PubsubHandler:
             self._wake.clear()
             delay = None if due is None else max(0.0, (due - self.service.now()) / 1000)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), delay)
+                async with asyncio.timeout(delay):
+                    await self._wake.wait()
                 continue
             async with self._lock:
                 ended = await asyncio.to_thread(self.service.expire_due)

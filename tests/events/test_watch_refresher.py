@@ -8,12 +8,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
 
-from adapters.apex.events_codec import WatchReply
+from adapters.apex.codec import BEEP_XML, Data, Option
+from adapters.apex.endpoint import Endpoint
+from adapters.apex.events_codec import WatchReply, WatchRequest, decode_events, encode_events
 from adapters.cli.watch_cmd import _refresher
+from adapters.client.pubsub_client import PubsubClient
 from common.errors import AccessDenied, JournalUnavailable
 
 ARGS = argparse.Namespace(resource="q.w/IBM", events=frozenset(), expires=1, id="1", link=None)
@@ -57,3 +61,54 @@ def test_a_refused_refresh_ends_the_refreshing(capsys: pytest.CaptureFixture[str
     asyncio.run(_run(client, 0.3))
     assert client.calls == 1
     assert "the watch ends when its grant does" in capsys.readouterr().err
+
+
+class WatchingApex:
+    """Stands in for ApexClient under a real PubsubClient: records each watch request written
+    and hands the client whatever data `reply` is given, as its read loop would."""
+
+    timeout = 5.0
+
+    def __init__(self) -> None:
+        self.requests: asyncio.Queue[WatchRequest] = asyncio.Queue()
+        self._receive: Callable[[Data | None], None] | None = None
+
+    def deliver_to(self, callback: Callable[[Data | None], None]) -> None:
+        self._receive = callback
+
+    async def send(self, originator: Endpoint, recipients: Iterable[Endpoint], content: bytes,
+                   content_type: str = BEEP_XML, *, options: Iterable[Option] = ()) -> None:
+        doc = decode_events(content)
+        assert isinstance(doc, WatchRequest)
+        self.requests.put_nowait(doc)
+
+    def reply(self, doc: WatchReply) -> None:
+        assert self._receive is not None
+        self._receive(Data(Endpoint.parse("apex=pubsub@example.com"),
+                           (Endpoint.parse("sam@example.com"),), encode_events(doc), BEEP_XML))
+
+
+def test_the_refresher_ends_when_cancelled_as_its_answer_arrives() -> None:
+    """`apexps watch --count N` cancels the refresher when the Nth Notify comes, and a refresh's
+    Notify comes right behind its watchreply: the cancel then lands in the very step that
+    answers the refresh. Python 3.11's `asyncio.wait_for` swallowed such a cancel, so the
+    refresher went on refreshing and the CLI never exited (the client now waits with
+    `asyncio.timeout`)."""
+
+    async def run() -> bool:
+        apex = WatchingApex()
+        client = PubsubClient(apex, Endpoint.parse("sam@example.com"))  # type: ignore[arg-type]
+        args = argparse.Namespace(**{**vars(ARGS), "events": frozenset({1})})
+        task = asyncio.create_task(_refresher(client, args, 0.05))
+        async with asyncio.timeout(5):
+            asked = await apex.requests.get()  # the refresher now waits for its answer
+        apex.reply(WatchReply(250, asked.trans_id, asked.resource, asked.watch_id, 1))
+        task.cancel()
+        await asyncio.wait([task], timeout=2)
+        ended = task.done()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return ended
+
+    assert asyncio.run(run()), "the refresher swallowed its cancel and kept refreshing"
