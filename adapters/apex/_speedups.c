@@ -454,7 +454,7 @@ other:
 /* A data item's groups, named as in _DATA_ITEM.groups(). */
 typedef struct {
     span link, epoch, link_seq, source, source_seq, type, topic, token, message_id, time,
-        snapshot, refill, media;
+        snapshot, in_re, refill, media;
 } data_item;
 
 /* _DATA_ITEM.match(text, p, end): its groups in *m, and the position after it (the start of
@@ -485,6 +485,8 @@ read_item(const char *p, const char *end, data_item *m, int *heartbeat)
     OPTIONAL(p, end, " messageid='", IN_VALUE, UNBOUNDED, &m->message_id);
     OPTIONAL(p, end, " time='", IN_DIGIT, MAX_DIGITS, &m->time);
     FLAG(p, end, " snapshot='true'", &m->snapshot);
+    /* a selecting subscription's ids: each checked in Python, as a key's part (batch_fast) */
+    OPTIONAL(p, end, " inre='", IN_VALUE, UNBOUNDED, &m->in_re);
     FLAG(p, end, " refill='true'", &m->refill);
     if (!TAKE(p, end, " /><content")
             || (p = QUOTED(p, end, " type='", IN_MEDIA, MAX_BATCH_MEDIA, &m->media)) == NULL
@@ -527,7 +529,7 @@ same_key(const data_item *m, const data_item *other)
     return same_text(m->epoch, other->epoch) && same_text(m->source, other->source)
         && same_text(m->type, other->type) && same_text(m->topic, other->topic)
         && same_text(m->token, other->token) && same_text(m->snapshot, other->snapshot)
-        && same_text(m->refill, other->refill);
+        && same_text(m->refill, other->refill) && same_text(m->in_re, other->in_re);
 }
 
 /* One item of scan_batch's result (see its docstring): its key is `key` if not NULL (the
@@ -538,8 +540,8 @@ static PyObject *
 data_fields(const data_item *m, PyObject *key, PyObject *link, uint64_t link_seq,
             uint64_t source_seq, uint64_t time, PyObject *content)
 {
-    const span *keyed[7] = {&m->epoch, &m->source, &m->type, &m->topic, &m->token, &m->snapshot,
-                            &m->refill};
+    const span *keyed[8] = {&m->epoch, &m->source, &m->type, &m->topic, &m->token, &m->snapshot,
+                            &m->refill, &m->in_re};
     PyObject *item, *v;
     int i;
 
@@ -547,14 +549,14 @@ data_fields(const data_item *m, PyObject *key, PyObject *link, uint64_t link_seq
     if (key != NULL) {
         Py_INCREF(key);
     } else {
-        key = PyTuple_New(8);
+        key = PyTuple_New(9);
         if (key == NULL) {
             Py_DECREF(content);
             return NULL;
         }
         Py_INCREF(link);
         PyTuple_SET_ITEM(key, 0, link);
-        for (i = 0; i < 7; i++) {
+        for (i = 0; i < 8; i++) {
             if ((v = group(*keyed[i])) == NULL) {
                 Py_DECREF(key);
                 Py_DECREF(content);
@@ -590,9 +592,9 @@ PyDoc_STRVAR(scan_batch_doc,
 "match_batch()'s checks of everything but the values the general path's functions check:\n"
 "`link` is the batch's link and `items` a list of one tuple per item, (key, link_seq,\n"
 "source_seq, time, message_id, content, media_type): `key` is _known's key (link, epoch,\n"
-"source, type, topic, token, snapshot, refill), each a str as _DATA_ITEM's group (or None),\n"
-"the numbers are ints within their bounds (time None where absent), `content` the decoded\n"
-"octets. None to decline; True when the pure-Python match_batch must decide (a heartbeat\n"
+"source, type, topic, token, snapshot, refill, inre), each a str as _DATA_ITEM's group (or\n"
+"None), the numbers are ints within their bounds (time None where absent), `content` the\n"
+"decoded octets. None to decline; True when the pure-Python match_batch must decide (a heartbeat\n"
 "item, a content not in canonical base64 yet not refused on sight, or arguments that are not\n"
 "exactly bytes and an int of C's size).");
 

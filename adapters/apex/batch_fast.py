@@ -10,7 +10,10 @@ one exact layout:
 
     <batch link='L'><item><seq link='L'[ epoch='E'] linkseq='N' kind='data' source='S'
     sourceseq='N' type='T' topic='T'[ token='K'][ messageid='M'][ time='N'][ snapshot='true']
-    [ refill='true'] /><content type='C'>BASE64</content></item>…</batch>
+    [ inre='I'][ refill='true'] /><content type='C'>BASE64</content></item>…</batch>
+
+(`inre`, the ids of the subscriptions a message satisfied, comes on the items of a link that
+carries a selecting subscription: W3's every item.)
 
 (one line, no blanks between tags). `match_batch` recognises exactly that and returns the link
 and items; anything else, however legitimate (another attribute order, blanks, an entity, a
@@ -35,7 +38,7 @@ and never raises. The C checks the layout:
   bounds, and the content is strict base64 in its canonical form.
 
 What only the general path's own functions can judge is checked here, in Python: the link,
-source (normalised by `Endpoint.parse` as there), publish type, topic and token, once per
+source (normalised by `Endpoint.parse` as there), publish type, topic, token and inre, once per
 combination (a data `Stamp` built by its checking constructor, then remembered in `_known`);
 any failure declines. Each item's stamp is that checked one with its numbers put in
 (`varied_stamp`).
@@ -69,7 +72,7 @@ __all__ = ["ItemFields", "match_batch"]
 ItemFields = tuple[Stamp, bytes, str, Heartbeat | Withheld | None]
 
 #: Data stamps checked so far, by what repeats from one item to the next: link,
-#: epoch, source, type, topic, token, snapshot and refill, as `scan_batch` spells them.
+#: epoch, source, type, topic, token, snapshot, refill and inre, as `scan_batch` spells them.
 _known: dict[tuple[str | None, ...], Stamp] = {}
 #: Most combinations remembered: hostile batches naming ever-new sources start it over.
 _KNOWN_LIMIT = 1024
@@ -96,14 +99,15 @@ def _checked_proto(key: tuple[str | None, ...]) -> Stamp | None:
     """A data stamp with the fixed values of `key` (see `_known`), built as `stamp_element`
     builds one (its checking constructor included); None where the general path refuses
     them."""
-    link, epoch, source, ptype, topic, token, snapshot, refill = key
+    link, epoch, source, ptype, topic, token, snapshot, refill, in_re = key
     assert link is not None and source is not None and ptype is not None and topic is not None
     try:
         return Stamp(link=validate_link_id(link), link_seq=1, kind=StampKind.DATA,
                       epoch=0 if epoch is None else _bounded(epoch, 0, MAX_LONG),
                       source=source_name(source), source_seq=1, publish_type=PublishType(ptype),
                       topic=validate_topic(topic), token=token, refill=refill is not None,
-                      snapshot=snapshot is not None)
+                      snapshot=snapshot is not None,
+                      in_re=() if in_re is None else tuple(in_re.split(" ")))
     except (ApexpsError, ValueError):
         return None
 

@@ -43,6 +43,13 @@ _contents = st.binary(max_size=100) | st.sampled_from([b"", b"x" * 512]) | st.bi
     min_size=500, max_size=600)
 
 
+#: A selecting subscription's ids on its items (inre), and ones the stamp refuses: a blank
+#: of more (an empty id), a character outside the ids' class.
+_in_re = st.lists(st.from_regex(r"[A-Za-z0-9_.:=/@+-]{1,12}", fullmatch=True), min_size=1,
+                  max_size=3).map(tuple)
+_odd_in_re = st.sampled_from([("",), ("a", ""), ("a,b",), ("\u00e9",), ("x" * 257,)])
+
+
 def _stamp_kw(draw: st.DrawFn, odd: bool) -> dict[str, object]:
     names = (_plain | _odd) if odd else _plain
     return {"epoch": draw(st.sampled_from([0, 0, 1, 2**63 - 1])),
@@ -53,7 +60,8 @@ def _stamp_kw(draw: st.DrawFn, odd: bool) -> dict[str, object]:
             "token": draw(st.none() | st.sampled_from(["6747", "fx.1"]) | names),
             "message_id": draw(st.none() | names),
             "time": draw(st.none() | st.integers(0, 2**63 - 1)),
-            "refill": draw(st.booleans()), "snapshot": draw(st.booleans())}
+            "refill": draw(st.booleans()), "snapshot": draw(st.booleans()),
+            "in_re": draw(st.just(()) | _in_re | (_odd_in_re if odd else st.nothing()))}
 
 
 #: What varies between the stamps of one publisher's messages.
@@ -125,7 +133,7 @@ _INSERTS = [b" ", b"\t", b"\n", b"\r\n", b"'", b'"', b"&", b"&amp;", b"&#65;", b
             b"/", b"=", b"0", b"9", b"-", b"+", b"\x00", b"\x7f", b"\xc3\xa9", b"\xff",
             b"<!DOCTYPE x>", b"<!--c-->", b"<?pi?>", b"<![CDATA[x]]>", b"<item>", b"</item>",
             b"</content></item>", b"<content type='x/y'>", b" refill='true'",
-            b" snapshot='true'", b" epoch='1'", b" time='1'", b" token='t'",
+            b" snapshot='true'", b" epoch='1'", b" time='1'", b" token='t'", b" inre='1'",
             b" messageid='m'", b" link='L'", b" kind='data'", b"<heartbeat interval='5' />",
             b"<withheld />", b"eA==", b"==", b"</batch>", b"<batch link='L'>"]
 _SEAM = re.compile(rb"[<>'\"= /]")

@@ -41,7 +41,7 @@ _DATA_ITEM = re.compile(
     rf"<item><seq link='({_V}+)'(?: epoch='{_N}')? linkseq='{_N}' kind='data'"
     rf" source='({_V}+)' sourceseq='{_N}' type='([a-z]{{1,16}})' topic='({_V}+)'"
     rf"(?: token='({_V}+)')?(?: messageid='({_V}+)')?(?: time='{_N}')?"
-    rf"( snapshot='true')?( refill='true')? /><content type='({_MEDIA})'>")
+    rf"( snapshot='true')?(?: inre='({_V}+)')?( refill='true')? /><content type='({_MEDIA})'>")
 #: What ends a data item: its content runs up to the first of these, and strict base64 refuses
 #: any `<` (or anything else but the alphabet) that would hide markup in it.
 _DATA_END = "</content></item>"
@@ -74,10 +74,10 @@ def match_batch_python(content: bytes, max_bytes: int) -> tuple[str, list[ItemFi
                 items.append(heartbeat[1])
                 continue
             (item_link, epoch, link_seq, source, source_seq, ptype, topic, token, message_id,
-             time, snapshot, refill, media) = m.groups()
+             time, snapshot, in_re, refill, media) = m.groups()
             if item_link != link:
                 return None
-            key = (link, epoch, source, ptype, topic, token, snapshot, refill)
+            key = (link, epoch, source, ptype, topic, token, snapshot, refill, in_re)
             proto = known.get(key)
             if proto is None:
                 proto = _remembered(key)

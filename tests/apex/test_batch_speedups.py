@@ -231,6 +231,15 @@ def _message_id(value: str) -> bytes:
         (hand_made(head="<batch  link='L'>"), "declined"),
         (_item(" time='12'", " time='12' messageid='x'"), "declined"),
         (_item("time='12'", "time='12' refill='true' snapshot='true'"), "declined"),
+        # inre: after snapshot, before refill; its ids are Python's to judge (below)
+        (_item("time='12'", "time='12' inre='1'"), "accepted"),
+        (_item("time='12'", "time='12' snapshot='true' inre='s-1 s.2' refill='true'"),
+         "accepted"),
+        (_item("time='12'", "time='12' refill='true' inre='1'"), "declined"),
+        (_item("time='12'", "time='12' inre='1' snapshot='true'"), "declined"),
+        (_item("time='12'", "time='12' inre=''"), "declined"),
+        (_item("time='12'", "time='12' inre='1' inre='2'"), "declined"),
+        (_item("time='12'", "time='12' inre='a&amp;b'"), "declined"),
         (_item("time='12'", "time='12' snapshot='false'"), "declined"),
         (_item("topic='q.a'", "topic='q.a' topic='q.b'"), "declined"),
         # an `&` (an entity) in a value, or the other excluded octets
@@ -316,7 +325,10 @@ def test_python_checks_what_the_c_accepts() -> None:
                 _item("type='update'", "type='abcdefghijklmnop'"),
                 _item("topic='q.a'", "topic='9bad'"),
                 _item("topic='q.a'", "topic=' q.a'"),
-                _item("source='a@b.c'", "source='nobody'")]:
+                _item("source='a@b.c'", "source='nobody'"),
+                _item("time='12'", "time='12' inre='a,b'"),
+                _item("time='12'", "time='12' inre='a  b'"),
+                _item("time='12'", "time='12' inre=' a'")]:
         assert _decision(doc) == "accepted"
         assert _agree(doc) is None
     doc = _item("source='a@b.c'", "source='a@B.C'")
@@ -331,7 +343,8 @@ def test_items_of_one_key_share_it() -> None:
     varied = [HAND_MADE_ITEM.replace("time='12'", "token='t' time='12'").replace("'5'", "'6'"),
               HAND_MADE_ITEM.replace("type='update'", "type='drop'"),
               HAND_MADE_ITEM.replace("<seq link='L'", "<seq link='L' epoch='2'"),
-              HAND_MADE_ITEM.replace(" />", " refill='true' />")]
+              HAND_MADE_ITEM.replace(" />", " refill='true' />"),
+              HAND_MADE_ITEM.replace(" />", " inre='2' />")]
     same = HAND_MADE_ITEM.replace("sourceseq='9'", "sourceseq='10'").replace(
         "time='12'", "messageid='m' time='13'")
     for other in varied:
