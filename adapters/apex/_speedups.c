@@ -594,9 +594,9 @@ PyDoc_STRVAR(scan_batch_doc,
 "source_seq, time, message_id, content, media_type): `key` is _known's key (link, epoch,\n"
 "source, type, topic, token, snapshot, refill, inre), each a str as _DATA_ITEM's group (or\n"
 "None), the numbers are ints within their bounds (time None where absent), `content` the\n"
-"decoded octets. None to decline; True when the pure-Python match_batch must decide (a heartbeat\n"
-"item, a content not in canonical base64 yet not refused on sight, or arguments that are not\n"
-"exactly bytes and an int of C's size).");
+"decoded octets. None to decline; True when the pure-Python match_batch must decide (a\n"
+"heartbeat item, a content not in canonical base64 yet not refused on sight, or arguments\n"
+"that are not exactly bytes and an int of C's size).");
 
 static PyObject *
 scan_batch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
