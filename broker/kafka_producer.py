@@ -390,10 +390,13 @@ class KafkaProducer:
             pipe.close()
 
 
-#: Records the warm-up produces and fetches back (`warm`).
-WARM_RECORDS = 400
-#: Produces it keeps in flight: enough requests for the JIT to compile Kafka's produce and fetch
-#: paths, in about a second.
+#: Records the warm-up produces and fetches back (`warm`), about two seconds' worth. 400 left
+#: the JIT's first compiles of the produce path to the first paced load: on a fresh Kafka with
+#: only C1 (`-XX:TieredStopAtLevel=1`), W2's first run read p99 21 and 28 ms after 400, 10.6
+#: and 5.3 ms after 3,000 (bench_peers --systems plain --workloads W2, 2026-11-27).
+WARM_RECORDS = 3000
+#: Produces it keeps in flight: one request at a time or a few, as a paced broker sends them,
+#: not the large batches of a flat-out load, which take other paths through Kafka.
 WARM_IN_FLIGHT = 4
 WARM_TOPIC = "_apexps.warmup"
 

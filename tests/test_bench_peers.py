@@ -213,3 +213,14 @@ def test_quick_is_a_small_single_run() -> None:
     args = bp.parse_args(["--quick", "--systems", "plain", "--workloads", "W2"])
     assert (args.runs, args.messages, args.seconds) == (1, 2_000, 2.0)
     assert (args.systems, args.workloads) == (["plain"], ["W2"])
+
+
+def test_slow_windows_names_the_half_seconds_with_a_message_over_the_bound() -> None:
+    # 1,000 a second: half-seconds of 500 messages; the second (0.5 s) and the fourth (1.5 s)
+    # hold a slow message, the fourth two
+    lat = [800] * 2_000
+    lat[700] = 12_000
+    lat[1_600], lat[1_900] = 10_001, 40_000
+    assert bp.slow_windows(lat, 1_000) == ("0.5 s: 1 over, max 12.0 ms; "
+                                           "1.5 s: 2 over, max 40.0 ms")
+    assert bp.slow_windows([10_000] * 10, 1_000) == "none"  # the bound itself is not over

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.local.kafka import COLLECTORS, DEFAULT_GC, LocalKafka
+from adapters.local.kafka import COLLECTORS, DEFAULT_GC, DEFAULT_JIT, JITS, LocalKafka
 
 
 def _cmd(tmp_path: Path) -> list[str]:
@@ -64,3 +64,26 @@ def test_kafka_start_offers_every_collector(tmp_path: Path, gc: str) -> None:
     assert _kafka(args).gc == gc
     default = build_parser().parse_args(["kafka", "start", "--data-dir", str(tmp_path)])
     assert _kafka(default).gc == DEFAULT_GC
+
+
+@pytest.mark.parametrize("jit", sorted(JITS))
+def test_each_jit_mode_can_be_chosen_and_the_cli_offers_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jit: str) -> None:
+    """`LocalKafka(jit=...)` puts that mode's flags on the command line and no other's, and
+    `apexps kafka start --jit NAME` reaches it (the CLI spells the names out itself)."""
+    from adapters.cli.kafka_cmd import _kafka
+    from adapters.cli.main import build_parser
+
+    monkeypatch.delenv("KAFKA_JVM_PERFORMANCE_OPTS", raising=False)
+    cmd = LocalKafka(tmp_path, jit=jit)._java([tmp_path / "a.jar"])
+    chosen = [flag for flags in JITS.values() for flag in flags if flag in cmd]
+    assert chosen == list(JITS[jit])
+    args = build_parser().parse_args(["kafka", "start", "--data-dir", str(tmp_path), "--jit", jit])
+    assert _kafka(args).jit == jit
+    default = build_parser().parse_args(["kafka", "start", "--data-dir", str(tmp_path)])
+    assert _kafka(default).jit == DEFAULT_JIT
+
+
+def test_an_unknown_jit_mode_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown JIT mode 'C2'"):
+        LocalKafka(tmp_path, jit="C2")

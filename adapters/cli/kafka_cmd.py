@@ -13,10 +13,11 @@ EXIT_OK, EXIT_NOT_RUNNING = 0, 3
 
 
 def _kafka(args: argparse.Namespace) -> Any:
-    from adapters.local.kafka import DEFAULT_GC, LocalKafka
+    from adapters.local.kafka import DEFAULT_GC, DEFAULT_JIT, LocalKafka
 
     return LocalKafka(Path(args.data_dir) / "kafka", port=args.port,
-                      gc=getattr(args, "gc", None) or DEFAULT_GC)
+                      gc=getattr(args, "gc", None) or DEFAULT_GC,
+                      jit=getattr(args, "jit", None) or DEFAULT_JIT)
 
 
 def _start(args: argparse.Namespace) -> int:
@@ -67,6 +68,12 @@ def register(sub: Any) -> None:
             sp.add_argument("--gc", choices=("G1", "ZGC", "Shenandoah"), default=None,
                             help="the JVM's collector (default: the measured one, see"
                                  " docs/operations.md); KAFKA_JVM_PERFORMANCE_OPTS overrides")
+            # adapters.local.kafka.JITS, spelled out for the same reason
+            sp.add_argument("--jit", choices=("C1", "tiered"), default=None,
+                            help="C1: the JVM's quick compiler alone, steady from the first"
+                                 " minute (the default, measured on two cores); tiered: C1"
+                                 " then C2, less CPU once warm (a long-running Kafka);"
+                                 " KAFKA_JVM_PERFORMANCE_OPTS overrides")
         if name == "status":
             sp.add_argument("--json", action="store_true", help="print one JSON object")
         sp.set_defaults(func=func)

@@ -41,8 +41,8 @@ from adapters.local.provision import OPS_DIR, resolve_jars
 from broker.kafka_io import answers
 from broker.kafka_producer import warm
 
-__all__ = ["COLLECTORS", "DEFAULT_GC", "DEFAULT_HEAP", "KAFKA_POM", "KafkaLaunchError",
-           "KafkaState", "LocalKafka"]
+__all__ = ["COLLECTORS", "DEFAULT_GC", "DEFAULT_HEAP", "DEFAULT_JIT", "JITS", "KAFKA_POM",
+           "KafkaLaunchError", "KafkaState", "LocalKafka"]
 
 log = structlog.get_logger(__name__)
 
@@ -74,6 +74,23 @@ COLLECTORS: dict[str, tuple[str, ...]] = {
     "ZGC": ("-XX:+UseZGC",),
     "Shenandoah": ("-XX:+UseShenandoahGC",),
 }
+#: How the JVM compiles Kafka: "C1", its quick compiler alone (`-XX:TieredStopAtLevel=1`), or
+#: "tiered", C1 then C2 on the hot paths (the JVM's own default). Measured on fresh Kafkas, W2
+#: of bench_peers as the first load after the start (2026-11-27; docs/bench-peers.md, "A fresh
+#: Kafka's first minute"): tiered, the first run read p99 24-223 ms (11 Kafkas), its Kafka CPU
+#: 545-664 µs a message against 185-270 once compiled: C2 compiling Kafka's hot paths through
+#: the first minute of load, a core's worth at moments, on two cores beside the broker and its
+#: clients. Renicing the compiler threads or a 30,000-record warm-up still left 6-185 ms. C1:
+#: first runs 3.2-10.6 ms (8 Kafkas), no W2 run over 10.6 ms; the price is Kafka's CPU at
+#: 1,000 msgs/s, 276-340 µs a message against tiered's 185-270, and nothing measurable flat out
+#: (W1, W3: Kafka spends 9-16 µs a message there either way). In one `bench_kafka_gc --jits
+#: C1,tiered --runs 2 --rounds 2`: C1 3.7, 4.2 | 3.8, 3.3 ms; tiered 53.5, 5.4 | 223, 4.1 ms.
+#: A Kafka that runs for weeks on more cores should keep tiered (docs/operations.md).
+JITS: dict[str, tuple[str, ...]] = {
+    "C1": ("-XX:TieredStopAtLevel=1",),
+    "tiered": (),
+}
+DEFAULT_JIT = "C1"
 #: The default collector (above). An operator may set KAFKA_JVM_PERFORMANCE_OPTS as for
 #: Kafka's own scripts, which replaces these options.
 DEFAULT_GC = "ZGC"
@@ -154,13 +171,15 @@ class LocalKafka:
     """One local Kafka, owned by a data directory."""
 
     def __init__(self, data_dir: Path, *, host: str = "127.0.0.1", port: int | None = None,
-                 heap: str = DEFAULT_HEAP, gc: str = DEFAULT_GC) -> None:
+                 heap: str = DEFAULT_HEAP, gc: str = DEFAULT_GC, jit: str = DEFAULT_JIT) -> None:
         if gc not in COLLECTORS:
             raise ValueError(f"unknown collector {gc!r}: one of {', '.join(COLLECTORS)}")
+        if jit not in JITS:
+            raise ValueError(f"unknown JIT mode {jit!r}: one of {', '.join(JITS)}")
         self.data_dir = Path(data_dir).absolute()
         self.host = host
         self.requested_port = port
-        self.heap, self.gc = heap, gc
+        self.heap, self.gc, self.jit = heap, gc, jit
 
     # --- paths ----------------------------------------------------------------------------
 
@@ -325,7 +344,8 @@ class LocalKafka:
         gc_log = self.data_dir / "logs" / "gc.log"
         return [
             exe, f"-Xmx{self.heap}", "-Xms256m",
-            *(perf.split() if perf else (*COLLECTORS[self.gc], "-Djava.awt.headless=true")),
+            *(perf.split() if perf
+              else (*COLLECTORS[self.gc], *JITS[self.jit], "-Djava.awt.headless=true")),
             f"-Xlog:gc,safepoint:file={gc_log}:time,uptime:filecount=5,filesize=10M",
             f"-Dlog4j.configuration=file:{self.data_dir / 'log4j.properties'}",
             "-cp", os.pathsep.join(str(j) for j in jars),

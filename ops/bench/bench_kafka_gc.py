@@ -1,24 +1,26 @@
 """Which collector for the local Kafka, and what a fresh Kafka is slow at: the measurements.
 
-Run: `.venv/bin/python -m ops.bench.bench_kafka_gc [--collectors G1,ZGC,Shenandoah] [--runs 3]`
-(needs the bench extra, as bench_peers does).
+Run: `.venv/bin/python -m ops.bench.bench_kafka_gc [--collectors G1,ZGC,Shenandoah]
+[--jits C1,tiered] [--runs 3] [--rounds 1]` (needs the bench extra, as bench_peers does).
 
-For each collector it starts a throwaway local Kafka (`LocalKafka(gc=...)`), then:
+For each collector and each JIT mode (adapters.local.kafka.JITS), in `--rounds` alternating
+rounds, it starts a throwaway local Kafka (`LocalKafka(gc=..., jit=...)`), then:
 * times the first `--probe` produces on the fresh JVM, one at a time, each from `produce` to
   its delivery report with the broker's producer settings (idempotent, acks=all), then one
   consumer's first fetch of them: where a cold start's milliseconds go (the idempotent
   producer's InitProducerId and the topic's metadata come with the first produce, the JIT's
   work with the first hundreds);
 * runs bench_peers' W2 on apexps plain `--runs` times (the first run is the first load the JVM
-  has seen beside the probe);
+  has seen beside the probe), with its slowest half-seconds (`--timeline`);
 * reads the JVM's stop-the-world time from its gc.log: every safepoint, whichever the
   collector (ZGC's and Shenandoah's pauses are safepoints too, and G1's young pauses).
-It prints one block per collector; nothing is asserted (the machine is shared and noisy).
+It prints one block per Kafka; nothing is asserted (the machine is shared and noisy).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import re
 import statistics
 import subprocess
@@ -29,7 +31,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from adapters.local.kafka import COLLECTORS, LocalKafka
+from adapters.local.kafka import COLLECTORS, JITS, LocalKafka
 from ops.bench.bench_pubsub import ROOT
 
 #: `Safepoint "G1CollectForAllocation", Time since last: …, Total: 123456 ns`
@@ -102,41 +104,52 @@ def _probe(bootstrap: str, count: int) -> list[str]:
             f"{'' if first is not None else ' (none came)'}"]
 
 
-def _w2(bootstrap: str, runs: int, seconds: float) -> list[tuple[float, ...]]:
+def _w2(bootstrap: str, runs: int, seconds: float) -> tuple[list[tuple[float, ...]], list[str]]:
     out = subprocess.run(
         [sys.executable, "-m", "ops.bench.bench_peers", "--bootstrap", bootstrap, "--systems",
-         "plain", "--workloads", "W2", "--runs", str(runs), "--seconds", str(seconds)],
+         "plain", "--workloads", "W2", "--runs", str(runs), "--seconds", str(seconds),
+         "--timeline"],
         capture_output=True, text=True, cwd=ROOT, check=False)
     if out.returncode:
         print(f"  bench_peers failed: {out.stderr[-1500:]}", flush=True)
+    slow = [line.strip() for line in out.stdout.splitlines() if "half-seconds" in line]
     return [tuple(float(m.group(k).replace(",", "")) for k in (2, 3, 4, 5))
-            for m in _RUN.finditer(out.stdout)]
+            for m in _RUN.finditer(out.stdout)], slow
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--collectors", default=",".join(COLLECTORS))
+    ap.add_argument("--jits", default=",".join(JITS), help="the JIT modes to compare")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="repeat the whole comparison, alternating (default: 1)")
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--probe", type=int, default=200, help="produces timed after the start")
     ap.add_argument("--cold", action="store_true",
                     help="skip LocalKafka's warm-up (kafka_producer.warm): see what it saves")
     args = ap.parse_args(argv)
-    for gc in args.collectors.split(","):
+    jits = args.jits.split(",")
+    if set(jits) - set(JITS):
+        ap.error(f"--jits: among {','.join(JITS)}")
+    for _, gc, jit in itertools.product(range(args.rounds), args.collectors.split(","), jits):
         with tempfile.TemporaryDirectory(prefix=f"apexps-gc-{gc}-") as data:
-            kafka = LocalKafka(Path(data), gc=gc)
+            kafka = LocalKafka(Path(data), gc=gc, jit=jit)
             t0 = time.perf_counter()
             state = kafka.start(warm_up=not args.cold)
             try:
                 cold = " (cold: no warm-up)" if args.cold else ""
-                print(f"{gc}{cold}: ready in {time.perf_counter() - t0:.1f} s", flush=True)
+                print(f"{gc}, JIT {jit}{cold}: ready in {time.perf_counter() - t0:.1f} s",
+                      flush=True)
                 before = len(safepoints((Path(data) / "logs" / "gc.log").open()))
                 for line in _probe(state.bootstrap, args.probe):
                     print(line, flush=True)
-                runs = _w2(state.bootstrap, args.runs, args.seconds)
+                runs, slow = _w2(state.bootstrap, args.runs, args.seconds)
                 print("  W2 plain by run, p50/p99 ms (broker/Kafka CPU µs per message): "
                       + ", ".join(f"{p50:.2f}/{p99:.1f} ({broker:.0f}/{jvm:.0f})"
                                   for p50, p99, broker, jvm in runs), flush=True)
+                for line in slow:
+                    print(f"    {line}", flush=True)
                 pauses = safepoints((Path(data) / "logs" / "gc.log").open())[before:]
                 gc_ms = [ms for op, ms in pauses if _GC_OPS.search(op)]
                 print(f"  after the start, the collector's: {pause_summary(gc_ms)}")

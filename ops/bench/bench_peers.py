@@ -107,6 +107,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                     help=f"which of {','.join(SYSTEMS)} (default: all)")
     ap.add_argument("--workloads", default=",".join(WORKLOADS),
                     help=f"which of {','.join(WORKLOADS)} (default: all)")
+    ap.add_argument("--timeline", action="store_true",
+                    help="after each W2 run, its half-seconds with a message over 10 ms")
     ap.add_argument("--quick", action="store_true",
                     help="1 run, 2,000 messages, W2 for 2 s (a smoke run, not a measurement)")
     # the roles this script plays in its child processes
@@ -499,8 +501,23 @@ class _Broker:
             drop_namespace(KafkaConfig(bootstrap=self.bootstrap, namespace=self.namespace))
 
 
+def slow_windows(latencies_us: Sequence[int], rate: int, over_ms: float = 10.0) -> str:
+    """The half-seconds of one paced subscriber's latencies (in arrival order, `rate` a
+    second) with a message over `over_ms`: when in the run the tail happened, which says more
+    about its cause (a collection, the JIT, a neighbour) than the p99 does."""
+    step = max(1, rate // 2)
+    slow = []
+    for at in range(0, len(latencies_us), step):
+        window = latencies_us[at:at + step]
+        worst = max(window) / 1e3
+        if worst > over_ms:
+            over = sum(1 for us in window if us > over_ms * 1e3)
+            slow.append(f"{at / rate:.1f} s: {over} over, max {worst:.1f} ms")
+    return "; ".join(slow) or "none"
+
+
 def _case(system: str, workload: str, args: argparse.Namespace, bootstrap: str,
-          kafka_pid: int | None) -> dict[str, float]:
+          kafka_pid: int | None) -> tuple[dict[str, float], str | None]:
     broker = _Broker(system, bootstrap)
     try:
         here = [sys.executable, "-m", "ops.bench.bench_peers", "--system", system,
@@ -530,7 +547,8 @@ def _case(system: str, workload: str, args: argparse.Namespace, bootstrap: str,
         kafka_cpu = _cpu_seconds(kafka) - kafka_before if kafka else None
     finally:
         broker.stop()
-    return figures(plan(workload, args)[0], published, report, broker_cpu, kafka_cpu)
+    slow = slow_windows(report["latencies"][0], args.rate) if workload == "W2" else None
+    return figures(plan(workload, args)[0], published, report, broker_cpu, kafka_cpu), slow
 
 
 def figures(sent: int, published: dict[str, float], report: dict[str, Any],
@@ -603,10 +621,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         for run in range(args.runs):
             for workload in args.workloads:
                 for system in args.systems:
-                    got = _case(system, workload, args, bootstrap or "", kafka_pid)
+                    got, slow = _case(system, workload, args, bootstrap or "", kafka_pid)
                     runs.setdefault((system, workload), []).append(got)
                     print(f"  run {run + 1} {workload} {system}: "
                           + ", ".join(f"{k} {v:,.2f}" for k, v in got.items()), flush=True)
+                    if args.timeline and slow is not None:
+                        print(f"    slow half-seconds (a message over 10 ms): {slow}",
+                              flush=True)
         for line in table({k: median_figures(v) for k, v in runs.items()}):
             print(line)
         load = os.getloadavg()
