@@ -69,9 +69,18 @@ DEFAULT_HEAP = "1g"
 #: no more CPU than G1, Shenandoah's pauses as short but its CPU less steady. Earlier G1
 #: tuning (young pauses, two bench_pubsub runs each): as is, mean 23 ms, max 57;
 #: MaxGCPauseMillis=20, mean 25, max 230; SerialGC, mean 30, max 57.
+#: ZGC without its proactive cycles (2026-11-27): on a fresh Kafka ZGC ran one every 7-20 s
+#: whatever the heap's use (30-50 %), each a core's worth of concurrent marking for a moment,
+#: and W2's stalls of 100-125 ms fell on them in three sittings (`bench_peers --timeline`
+#: beside DATA/logs/gc.log). Without, it collects on its warm-up thresholds, the allocation
+#: rate and high usage: 1-2 cycles in a 3-run W2 against 4-6, and in three alternated rounds
+#: of `bench_kafka_gc --collectors ZGC --jits C1 --runs 3` (proactive on, then off) W2's p99
+#: by run read 8.7, 4.0, 3.2 | 5.8, 3.4, 2.7 | 3.5, 3.8, 3.1 ms on, 4.3, 3.7, 3.7 | 2.5, 3.0,
+#: 3.8 | 3.3, 3.8, 6.3 ms off. The price: the heap fills further before a cycle, so the JVM
+#: holds up to its -Xmx (1 GiB) under load where it held about half.
 COLLECTORS: dict[str, tuple[str, ...]] = {
     "G1": ("-XX:+UseG1GC",),
-    "ZGC": ("-XX:+UseZGC",),
+    "ZGC": ("-XX:+UseZGC", "-XX:-ZProactive"),
     "Shenandoah": ("-XX:+UseShenandoahGC",),
 }
 #: How the JVM compiles Kafka: "C1", its quick compiler alone (`-XX:TieredStopAtLevel=1`), or
