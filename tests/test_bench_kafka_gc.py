@@ -3,6 +3,8 @@ collector's pauses, and the VM's own) and summing them up."""
 
 from __future__ import annotations
 
+import pytest
+
 from ops.bench import bench_kafka_gc as gc
 
 _T = "[2026-11-26T01:00:42.001+0000][6.001s] "
@@ -34,3 +36,13 @@ def test_the_summary_gives_count_total_mean_p99_and_max() -> None:
     assert summary == ("100 safepoints, total 149.0 ms, mean 1.49 ms, p99 50.00 ms,"
                        " max 50.00 ms")
     assert gc.pause_summary([]) == "no safepoints"
+
+
+@pytest.mark.parametrize("argv", [["--collectors", "CMS"], ["--jits", "C2"], ["--jits", ""],
+                                  ["--runs", "0"], ["--rounds", "0"]])
+def test_a_bad_choice_is_a_usage_error_before_any_kafka_starts(
+        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        gc.main(argv)
+    assert exit_.value.code == 2
+    assert "usage:" in capsys.readouterr().err

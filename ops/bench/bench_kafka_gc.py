@@ -32,6 +32,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from adapters.local.kafka import COLLECTORS, JITS, LocalKafka
+from ops.bench.bench_peers import SLOW_LABEL
 from ops.bench.bench_pubsub import ROOT
 
 #: `Safepoint "G1CollectForAllocation", Time since last: …, Total: 123456 ns`
@@ -112,7 +113,7 @@ def _w2(bootstrap: str, runs: int, seconds: float) -> tuple[list[tuple[float, ..
         capture_output=True, text=True, cwd=ROOT, check=False)
     if out.returncode:
         print(f"  bench_peers failed: {out.stderr[-1500:]}", flush=True)
-    slow = [line.strip() for line in out.stdout.splitlines() if "half-seconds" in line]
+    slow = [line.strip() for line in out.stdout.splitlines() if SLOW_LABEL in line]
     return [tuple(float(m.group(k).replace(",", "")) for k in (2, 3, 4, 5))
             for m in _RUN.finditer(out.stdout)], slow
 
@@ -129,10 +130,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cold", action="store_true",
                     help="skip LocalKafka's warm-up (kafka_producer.warm): see what it saves")
     args = ap.parse_args(argv)
-    jits = args.jits.split(",")
-    if set(jits) - set(JITS):
-        ap.error(f"--jits: among {','.join(JITS)}")
-    for _, gc, jit in itertools.product(range(args.rounds), args.collectors.split(","), jits):
+    collectors, jits = args.collectors.split(","), args.jits.split(",")
+    for name, chosen, allowed in (("collectors", collectors, COLLECTORS), ("jits", jits, JITS)):
+        if not chosen or set(chosen) - set(allowed):
+            ap.error(f"--{name}: among {','.join(allowed)}")
+    if args.runs < 1 or args.rounds < 1:
+        ap.error("--runs and --rounds must be at least 1")
+    for _, gc, jit in itertools.product(range(args.rounds), collectors, jits):
         with tempfile.TemporaryDirectory(prefix=f"apexps-gc-{gc}-") as data:
             kafka = LocalKafka(Path(data), gc=gc, jit=jit)
             t0 = time.perf_counter()

@@ -77,6 +77,8 @@ WORKLOADS = ("W1", "W2", "W3")
 #: warmed Kafka and hid 24-223 ms first runs: docs/bench-peers.md, "A fresh Kafka's first
 #: minute").
 RUN_ORDER = ("W2", "W1", "W3")
+#: What starts the line `--timeline` prints after a W2 run (bench_kafka_gc picks it out)
+SLOW_LABEL = "slow half-seconds (a message over 10 ms):"
 SYMBOLS = 10
 SUBJECT = "bench.quotes"
 STREAM = "BENCH"
@@ -634,8 +636,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"  run {run + 1} {workload} {system}: "
                           + ", ".join(f"{k} {v:,.2f}" for k, v in got.items()), flush=True)
                     if args.timeline and slow is not None:
-                        print(f"    slow half-seconds (a message over 10 ms): {slow}",
-                              flush=True)
+                        print(f"    {SLOW_LABEL} {slow}", flush=True)
         for line in table({k: median_figures(v) for k, v in runs.items()}):
             print(line)
         load = os.getloadavg()
